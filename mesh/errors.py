@@ -1,0 +1,76 @@
+"""The one error tree of the mesh. Every message names the setting or command that fixes it."""
+
+from __future__ import annotations
+
+
+class MeshError(Exception):
+    """Base of every error the mesh raises on purpose."""
+
+
+class ConfigError(MeshError, ValueError):
+    """A setting is missing or does not parse."""
+
+
+class NotStarted(MeshError, RuntimeError):
+    """An object was used before `start()` (or after `close()`)."""
+
+
+class ServiceUnavailable(MeshError, ConnectionError):
+    """RabbitMQ or Redis could not be reached at start-up."""
+
+    def __init__(self, service: str, masked_url: str, hint: str) -> None:
+        self.service = service
+        self.masked_url = masked_url
+        self.hint = hint
+        super().__init__(f"{service} at {masked_url} is unreachable; {hint}")
+
+
+class RegistryError(MeshError):
+    """A registry operation failed."""
+
+
+class StaleFencingToken(RegistryError):
+    """This instance's fencing token is no longer the current one: its lease was lost."""
+
+    def __init__(self, agent_id: str, token: int, current: int | None) -> None:
+        self.agent_id = agent_id
+        self.token = token
+        self.current = current
+        super().__init__(
+            f"fencing token {token} of agent {agent_id!r} is stale (current: {current}); "
+            "the lease was lost and another session holds it"
+        )
+
+
+class RoutingError(MeshError):
+    """No agent could be chosen for a task."""
+
+
+class TaskFailed(MeshError):
+    """A request ended with a non-completed Result (raised by `MeshClient.call`)."""
+
+    def __init__(self, status: str, code: str | None, message: str | None) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(f"task {status}: {code or ''} {message or ''}".strip())
+
+
+class RequestTimeout(MeshError, TimeoutError):
+    """No Result arrived before the client's wait ended."""
+
+
+class Retry(MeshError):  # noqa: N818 - raised by handlers as an outcome, named for it
+    """Raised by a handler: try this task again later (at most `max_retries` times)."""
+
+    def __init__(self, reason: str = "retry requested", delay_ms: int | None = None) -> None:
+        self.reason = reason
+        self.delay_ms = delay_ms
+        super().__init__(reason)
+
+
+class Reject(MeshError):  # noqa: N818 - raised by handlers as an outcome, named for it
+    """Raised by a handler: this task is not for me; the router tries the next candidate."""
+
+    def __init__(self, reason: str = "rejected") -> None:
+        self.reason = reason
+        super().__init__(reason)
