@@ -59,7 +59,7 @@ class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 
 
-class Retry(MeshError):  # noqa: N818 - raised by handlers as an outcome, named for it
+class Retry(MeshError):
     """Raised by a handler: try this task again later (at most `max_retries` times)."""
 
     def __init__(self, reason: str = "retry requested", delay_ms: int | None = None) -> None:
@@ -68,7 +68,7 @@ class Retry(MeshError):  # noqa: N818 - raised by handlers as an outcome, named 
         super().__init__(reason)
 
 
-class Reject(MeshError):  # noqa: N818 - raised by handlers as an outcome, named for it
+class Reject(MeshError):
     """Raised by a handler: this task is not for me; the router tries the next candidate."""
 
     def __init__(self, reason: str = "rejected") -> None:

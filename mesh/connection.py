@@ -1,0 +1,131 @@
+"""`connect(settings)`: one AMQP connection and one Redis client, checked at start-up.
+
+Fail fast on the first connect (a clear `ServiceUnavailable`), then recover quietly:
+aio-pika's robust connection reconnects and restores channels, queues and consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+
+import aio_pika
+import redis.asyncio as redis_asyncio
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+from redis.exceptions import RedisError
+
+from mesh.config import Settings
+from mesh.errors import NotStarted, ServiceUnavailable
+from mesh.keys import Keys
+from mesh.topology import Topology
+
+logger = logging.getLogger(__name__)
+
+START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDIS_URL)"
+
+Redis = redis_asyncio.Redis
+
+
+class MeshConnection:
+    """The broker and Redis handles of one process, plus the names of its namespace."""
+
+    def __init__(self, settings: Settings, name: str = "mesh") -> None:
+        self.settings = settings
+        self.name = name
+        self.topology = Topology.from_settings(settings)
+        self.keys = Keys(settings.namespace)
+        self._amqp: AbstractRobustConnection | None = None
+        self._redis: Redis | None = None
+
+    @property
+    def amqp(self) -> AbstractRobustConnection:
+        if self._amqp is None:
+            raise NotStarted("MeshConnection is not connected: call `await mesh.connect(settings)`")
+        return self._amqp
+
+    @property
+    def redis(self) -> Redis:
+        if self._redis is None:
+            raise NotStarted("MeshConnection is not connected: call `await mesh.connect(settings)`")
+        return self._redis
+
+    @property
+    def is_connected(self) -> bool:
+        return self._amqp is not None and not self._amqp.is_closed
+
+    async def open(self) -> None:
+        """Connect to RabbitMQ and Redis; raises `ServiceUnavailable` naming what is down."""
+        s = self.settings
+        try:
+            self._amqp = await asyncio.wait_for(
+                aio_pika.connect_robust(
+                    s.amqp_url.get_secret_value(),
+                    client_properties={"connection_name": self.name},
+                    fail_fast="true",
+                ),
+                timeout=s.connect_timeout_s,
+            )
+        except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
+            logger.debug("AMQP connect failed: %r", exc)
+            raise ServiceUnavailable("RabbitMQ", s.amqp_url_masked, START_HINT) from None
+        client = redis_asyncio.from_url(
+            s.redis_url.get_secret_value(),
+            socket_connect_timeout=s.connect_timeout_s,
+            health_check_interval=10,
+        )
+        try:
+            await client.ping()
+        except (OSError, RedisError) as exc:
+            logger.debug("Redis connect failed: %r", exc)
+            await client.aclose()
+            await self._amqp.close()
+            self._amqp = None
+            raise ServiceUnavailable("Redis", s.redis_url_masked, START_HINT) from None
+        self._redis = client
+
+    async def channel(
+        self, *, confirms: bool = True, prefetch: int | None = None
+    ) -> AbstractChannel:
+        """A new channel; publisher confirms on by default.
+
+        On a confirmed channel a mandatory publish that no queue takes raises
+        `aio_pika.exceptions.PublishError` instead of being dropped.
+        """
+        channel = await self.amqp.channel(publisher_confirms=confirms, on_return_raises=confirms)
+        if prefetch is not None:
+            await channel.set_qos(prefetch_count=prefetch)
+        return channel
+
+    async def close(self) -> None:
+        """Close both connections; safe to call twice."""
+        amqp, self._amqp = self._amqp, None
+        client, self._redis = self._redis, None
+        if amqp is not None and not amqp.is_closed:
+            await amqp.close()
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> MeshConnection:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"MeshConnection(amqp={self.settings.amqp_url_masked!r}, "
+            f"redis={self.settings.redis_url_masked!r}, namespace={self.settings.namespace!r})"
+        )
+
+
+async def connect(settings: Settings, name: str = "mesh") -> MeshConnection:
+    """Open a `MeshConnection`; use as ``async with await connect(settings) as conn:``."""
+    conn = MeshConnection(settings, name)
+    await conn.open()
+    return conn

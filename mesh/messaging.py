@@ -1,0 +1,159 @@
+"""How each kind of message is put on the wire: properties, channels, confirms.
+
+Envelopes, results and dead letters go through a channel with publisher confirms and are
+persistent. Events and heartbeats are transient and go through a channel without confirms:
+they are cheap, and a lost one is superseded by the next.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, DeliveryMode
+
+from mesh.connection import MeshConnection
+from mesh.errors import NotStarted
+from mesh.topology import REASON_HEADER, DeadReason, message_priority
+from schemas import Event, Result, TaskEnvelope, encode
+from schemas.codec import dumps
+
+logger = logging.getLogger(__name__)
+
+JSON = "application/json"
+
+
+def envelope_message(
+    envelope: TaskEnvelope,
+    *,
+    expiration_ms: int | None = None,
+    headers: Mapping[str, Any] | None = None,
+) -> aio_pika.Message:
+    """A persistent AMQP message for an envelope; priority = envelope priority."""
+    return aio_pika.Message(
+        encode(envelope),
+        content_type=JSON,
+        delivery_mode=DeliveryMode.PERSISTENT,
+        priority=message_priority(envelope.priority),
+        message_id=envelope.task_id,
+        correlation_id=envelope.task_id,
+        expiration=None if expiration_ms is None else max(1, expiration_ms) / 1000.0,
+        headers=dict(headers or {}),
+    )
+
+
+def result_message(result: Result) -> aio_pika.Message:
+    return aio_pika.Message(
+        encode(result),
+        content_type=JSON,
+        delivery_mode=DeliveryMode.PERSISTENT,
+        correlation_id=result.task_id,
+        message_id=f"result:{result.task_id}",
+    )
+
+
+class Publisher:
+    """Publishes on behalf of one component. `start()` opens its two channels."""
+
+    def __init__(self, conn: MeshConnection) -> None:
+        self.conn = conn
+        self.topology = conn.topology
+        self._confirmed: AbstractChannel | None = None
+        self._fast: AbstractChannel | None = None
+        self._exchanges: dict[str, AbstractExchange] = {}
+        self._fast_exchanges: dict[str, AbstractExchange] = {}
+
+    async def start(self) -> None:
+        if self._confirmed is not None:
+            return
+        self._confirmed = await self.conn.channel(confirms=True)
+        self._fast = await self.conn.channel(confirms=False)
+
+    @property
+    def channel(self) -> AbstractChannel:
+        if self._confirmed is None:
+            raise NotStarted("Publisher.start() was not awaited")
+        return self._confirmed
+
+    async def exchange(self, name: str, *, fast: bool = False) -> AbstractExchange:
+        cache = self._fast_exchanges if fast else self._exchanges
+        found = cache.get(name)
+        if found is None:
+            channel = self._fast if fast else self._confirmed
+            if channel is None:
+                raise NotStarted("Publisher.start() was not awaited")
+            found = cache[name] = await channel.get_exchange(name, ensure=False)
+        return found
+
+    async def publish_envelope(
+        self,
+        exchange: str,
+        routing_key: str,
+        envelope: TaskEnvelope,
+        *,
+        expiration_ms: int | None = None,
+        mandatory: bool = True,
+        headers: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Publish with confirm; with `mandatory`, an unbound key raises `PublishError`."""
+        ex = await self.exchange(exchange)
+        message = envelope_message(envelope, expiration_ms=expiration_ms, headers=headers)
+        await ex.publish(message, routing_key=routing_key, mandatory=mandatory)
+
+    async def reply(self, reply_to: str | None, result: Result) -> None:
+        """Send `result` to a reply queue; never mandatory (a reply is not returned to us)."""
+        if not reply_to:
+            return
+        await self.channel.default_exchange.publish(
+            result_message(result), routing_key=reply_to, mandatory=False
+        )
+
+    async def dead_letter(
+        self,
+        reason: DeadReason,
+        body: bytes,
+        *,
+        details: Mapping[str, Any] | None = None,
+        headers: Mapping[str, Any] | None = None,
+        task_id: str | None = None,
+    ) -> None:
+        """Put `body`, exactly as received, into `mesh.dead.<reason>` with the reason."""
+        ex = await self.exchange(self.topology.dlx)
+        all_headers: dict[str, Any] = {REASON_HEADER: reason, **(headers or {})}
+        if details:
+            all_headers["x-mesh-details"] = dumps(dict(details)).decode()[:65_000]
+        await ex.publish(
+            aio_pika.Message(
+                body,
+                delivery_mode=DeliveryMode.PERSISTENT,
+                headers=all_headers,
+                message_id=task_id,
+                content_type=JSON,
+            ),
+            routing_key=self.topology.dead_key(reason),
+            mandatory=False,
+        )
+        logger.info("dead-lettered reason=%s task_id=%s", reason, task_id)
+
+    async def emit(self, event: Event) -> None:
+        """Publish an event on `mesh.events` (transient, no confirm)."""
+        ex = await self.exchange(self.topology.events, fast=True)
+        message = aio_pika.Message(encode(event), content_type=JSON)
+        await ex.publish(message, routing_key=event.type, mandatory=False)
+
+    async def send_fast(self, exchange: str, routing_key: str, body: bytes, **props: Any) -> None:
+        """Transient publish without confirm (heartbeats, control messages)."""
+        ex = await self.exchange(exchange, fast=True)
+        message = aio_pika.Message(body, content_type=JSON, **props)
+        await ex.publish(message, routing_key=routing_key, mandatory=False)
+
+    async def close(self) -> None:
+        for attr in ("_confirmed", "_fast"):
+            channel = getattr(self, attr)
+            setattr(self, attr, None)
+            if channel is not None and not channel.is_closed:
+                await channel.close()
+        self._exchanges.clear()
+        self._fast_exchanges.clear()

@@ -1,0 +1,284 @@
+"""The router process: consumes `mesh.router`, validates, chooses an agent, dispatches.
+
+Routers are stateless competing consumers: any number of them can share the queue.
+Choosing an agent is delegated to a `Selector`; this module owns the envelope's path
+(validation, ingress stamping, hop and deadline checks, dispatch and its failures).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aiormq.exceptions import PublishError
+
+from mesh.connection import MeshConnection
+from mesh.errors import NotStarted
+from mesh.messaging import Publisher
+from mesh.results import error_result
+from mesh.topology import DeadReason
+from schemas import Event, InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, now_ms
+from schemas.codec import peek
+from schemas.result import ErrorInfo, Status
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """The outcome of selection: an agent and how it was chosen, plus explanation data."""
+
+    agent_id: str
+    route: RouteInfo
+    explain: dict[str, Any] = field(default_factory=dict)
+
+
+class Selector(Protocol):
+    """Chooses an agent for an envelope without a `target` (the semantic router)."""
+
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None: ...
+
+
+class NoSelector:
+    """Used until semantic routing is configured: only `target` envelopes are routable."""
+
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
+        return None
+
+
+class RouterService:
+    """One router: `await start()`, then it consumes until `await close()`."""
+
+    def __init__(self, conn: MeshConnection, selector: Selector | None = None) -> None:
+        self.conn = conn
+        self.settings = conn.settings
+        self.topology = conn.topology
+        self.selector: Selector = selector or NoSelector()
+        self.publisher = Publisher(conn)
+        self._queue: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
+        self.handled = 0
+
+    async def start(self) -> None:
+        await self.publisher.start()
+        await self.topology.declare(self.publisher.channel)
+        channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
+        self._queue = await channel.get_queue(self.topology.router_queue, ensure=False)
+        self._consumer_tag = await self._queue.consume(self._on_message)
+        logger.info("router consuming %s", self.topology.router_queue)
+
+    async def close(self) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None and self._consumer_tag is not None:
+            try:
+                await queue.cancel(self._consumer_tag)
+            except (aio_pika.exceptions.AMQPError, RuntimeError):
+                logger.debug("consumer cancel failed while closing", exc_info=True)
+            if not queue.channel.is_closed:
+                await queue.channel.close()
+        await self.publisher.close()
+
+    # --- per message -----------------------------------------------------------------------
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        try:
+            await self.handle(message.body, message.headers or {}, message.routing_key or "")
+        except asyncio.CancelledError:
+            await message.nack(requeue=True)
+            raise
+        except (aio_pika.exceptions.AMQPConnectionError, ConnectionError, OSError):
+            logger.warning("transient failure; message requeued", exc_info=True)
+            await message.nack(requeue=True)
+            return
+        except Exception:
+            # a bug must not stop the router nor lose the task: it goes to a dead letter
+            logger.critical("router failed on a message; dead-lettering it", exc_info=True)
+            await self.publisher.dead_letter(
+                "unroutable", message.body, details={"error": "router internal error"}
+            )
+        else:
+            self.handled += 1
+        await message.ack()
+
+    async def handle(self, body: bytes, headers: dict[str, Any], routing_key: str) -> None:
+        """Route one body from the router queue."""
+        try:
+            envelope = decode(TaskEnvelope, body, max_payload_bytes=self.settings.max_payload_bytes)
+        except InvalidEnvelope as exc:
+            await self._invalid(exc)
+            return
+        returned_from = self.topology.agent_of_routing_key(routing_key)
+        if returned_from is not None and "x-death" in headers:
+            envelope = envelope.model_copy(
+                update={
+                    "excluded_agents": [*envelope.excluded_agents, returned_from],
+                    "reroutes": envelope.reroutes + 1,
+                }
+            )
+            logger.info(
+                "task_id=%s came back from agent=%s (reroute %d)",
+                envelope.task_id,
+                returned_from,
+                envelope.reroutes,
+            )
+        else:
+            envelope = self._stamp(envelope)
+        await self.route(envelope, body)
+
+    def _stamp(self, envelope: TaskEnvelope) -> TaskEnvelope:
+        """Ingress bookkeeping: creation time and an absolute deadline when absent."""
+        now = now_ms()
+        update: dict[str, Any] = {}
+        if envelope.created_ms is None:
+            update["created_ms"] = now
+        if envelope.deadline_ms is None:
+            update["deadline_ms"] = now + envelope.timeout_ms
+        return envelope.model_copy(update=update) if update else envelope
+
+    async def route(self, envelope: TaskEnvelope, raw: bytes) -> None:
+        if envelope.hops >= envelope.max_hops and envelope.hops > 0:
+            await self.end(
+                envelope,
+                raw,
+                "dead",
+                "hops",
+                "max_hops_exceeded",
+                f"hops={envelope.hops} reached max_hops={envelope.max_hops}",
+                {"trajectory": envelope.trajectory},
+            )
+            return
+        left = self.time_left_ms(envelope)
+        if left <= 0:
+            await self.end(
+                envelope,
+                raw,
+                "expired",
+                "expired",
+                "deadline_passed",
+                "the task's deadline passed before it could be dispatched",
+            )
+            return
+        if envelope.reroutes > self.settings.max_reroutes:
+            await self.end(
+                envelope,
+                raw,
+                "unroutable",
+                "unroutable",
+                "reroutes_exhausted",
+                f"no agent accepted the task after {envelope.reroutes - 1} reroutes",
+                {"excluded_agents": envelope.excluded_agents},
+            )
+            return
+        choice = await self._choose(envelope)
+        if choice is None:
+            await self.end(
+                envelope,
+                raw,
+                "unroutable",
+                "unroutable",
+                "no_agent",
+                "no live agent matches the task",
+                {"excluded_agents": envelope.excluded_agents},
+            )
+            return
+        await self.dispatch(envelope, choice, raw)
+
+    async def _choose(self, envelope: TaskEnvelope) -> RouteChoice | None:
+        if envelope.target is not None:
+            if envelope.target in envelope.excluded_agents:
+                return None
+            return RouteChoice(envelope.target, RouteInfo(strategy="target"))
+        return await self.selector.select(envelope)
+
+    async def dispatch(self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes) -> None:
+        expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
+        key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
+        try:
+            await self.publisher.publish_envelope(
+                self.topology.capabilities, key, envelope, expiration_ms=expiration
+            )
+        except PublishError:
+            logger.info(
+                "task_id=%s: no queue bound for agent=%s", envelope.task_id, choice.agent_id
+            )
+            rerouted = envelope.model_copy(
+                update={
+                    "excluded_agents": [*envelope.excluded_agents, choice.agent_id],
+                    "reroutes": envelope.reroutes + 1,
+                }
+            )
+            await self.route(rerouted, raw)
+            return
+        await self.publisher.emit(
+            Event(
+                type="task.dispatched",
+                trace_id=envelope.trace_id,
+                task_id=envelope.task_id,
+                agent_id=choice.agent_id,
+                data={"route": choice.route.model_dump(), **choice.explain},
+            )
+        )
+        logger.info(
+            "dispatched task_id=%s agent=%s strategy=%s score=%s",
+            envelope.task_id,
+            choice.agent_id,
+            choice.route.strategy,
+            choice.route.score,
+        )
+
+    async def end(
+        self,
+        envelope: TaskEnvelope,
+        raw: bytes,
+        status: Status,
+        reason: DeadReason,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """Terminal path: answer the caller and dead-letter the envelope with the reason."""
+        result = error_result(envelope, status, code, message, details)
+        await self.publisher.reply(envelope.reply_to, result)
+        await self.publisher.dead_letter(
+            reason,
+            raw,
+            details={"code": code, "message": message, **(details or {})},
+            task_id=envelope.task_id,
+        )
+        await self.publisher.emit(
+            Event(
+                type=f"task.{status}",
+                trace_id=envelope.trace_id,
+                task_id=envelope.task_id,
+                data={"code": code, "message": message},
+            )
+        )
+
+    async def _invalid(self, exc: InvalidEnvelope) -> None:
+        reply_to = peek(exc.raw, "reply_to")
+        task_id = peek(exc.raw, "task_id") or "unknown"
+        if reply_to is not None:
+            result = Result(
+                task_id=task_id[:128],
+                trace_id=(peek(exc.raw, "trace_id") or "")[:128] or None,
+                status="failed",
+                error=ErrorInfo(
+                    code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
+                ),
+            )
+            await self.publisher.reply(reply_to, result)
+        await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+
+    @staticmethod
+    def time_left_ms(envelope: TaskEnvelope) -> int:
+        if envelope.deadline_ms is None:
+            return envelope.timeout_ms
+        return envelope.deadline_ms - now_ms()
+
+
+def require_started(obj: object | None, what: str) -> None:
+    if obj is None:
+        raise NotStarted(f"{what} is not started: await start() first")

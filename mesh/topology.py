@@ -1,0 +1,379 @@
+"""The AMQP topology of DESIGN section 3: every exchange and queue name is built here.
+
+One list of specs serves both idempotent declaration (`declare`) and the RabbitMQ
+definitions export (`definitions`), so the two cannot drift. No other module formats
+``"mesh.agent."`` or any other wire name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from aio_pika.abc import AbstractChannel, AbstractExchange, ExchangeType
+
+DeadReason = Literal["invalid", "unroutable", "hops", "retries", "expired"]
+DEAD_REASONS: tuple[DeadReason, ...] = ("invalid", "unroutable", "hops", "retries", "expired")
+
+#: header carrying the reason of a dead letter
+REASON_HEADER = "x-mesh-reason"
+#: header carrying the retry delay a message asks for (matched by the `mesh.retry` exchange)
+DELAY_HEADER = "x-mesh-delay"
+#: AMQP priorities 1..10 map onto x-max-priority 10
+MAX_PRIORITY = 10
+#: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
+PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
+
+
+def priority_band(priority: int) -> str:
+    """Band of an envelope priority in quorum mode: 8-10 high, 4-7 normal, 1-3 low."""
+    if priority >= 8:
+        return "high"
+    if priority >= 4:
+        return "normal"
+    return "low"
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeSpec:
+    name: str
+    type: ExchangeType
+    internal: bool = False
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    durable: bool = True
+    exclusive: bool = False
+    auto_delete: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BindingSpec:
+    exchange: str
+    queue: str
+    routing_key: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    exchanges: tuple[ExchangeSpec, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    bindings: tuple[BindingSpec, ...] = ()
+
+    def __add__(self, other: TopologySpec) -> TopologySpec:
+        return TopologySpec(
+            self.exchanges + other.exchanges,
+            self.queues + other.queues,
+            self.bindings + other.bindings,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """Names and declarations for one namespace (``Topology.from_settings(settings)``)."""
+
+    namespace: str = "mesh"
+    queue_type: Literal["classic", "quorum"] = "classic"
+    delivery_limit: int = 5
+    retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Topology:
+        return cls(
+            namespace=settings.namespace,
+            queue_type=settings.queue_type,
+            delivery_limit=settings.delivery_limit,
+            retry_delays_ms=tuple(sorted(set(settings.retry_delays_ms))),
+        )
+
+    # --- names ---------------------------------------------------------------------------
+    @property
+    def ingress(self) -> str:
+        """Exchange (direct) clients publish envelopes to."""
+        return f"{self.namespace}.ingress"
+
+    @property
+    def router_queue(self) -> str:
+        """Queue the routers consume as competing consumers."""
+        return f"{self.namespace}.router"
+
+    @property
+    def ingress_key(self) -> str:
+        return "task"
+
+    @property
+    def capabilities(self) -> str:
+        """Exchange (topic) routing envelopes to agent queues."""
+        return f"{self.namespace}.capabilities"
+
+    @property
+    def control(self) -> str:
+        """Exchange (topic) for per-instance control messages (bids, drain, cancel)."""
+        return f"{self.namespace}.control"
+
+    @property
+    def registry(self) -> str:
+        """Exchange (direct) and queue of the registry service."""
+        return f"{self.namespace}.registry"
+
+    @property
+    def registry_key(self) -> str:
+        return "registry"
+
+    @property
+    def events(self) -> str:
+        """Exchange (topic) of lifecycle events."""
+        return f"{self.namespace}.events"
+
+    @property
+    def retry(self) -> str:
+        """Exchange (headers) feeding the retry delay queues."""
+        return f"{self.namespace}.retry"
+
+    @property
+    def dlx(self) -> str:
+        """Exchange (topic) of dead letters."""
+        return f"{self.namespace}.dlx"
+
+    def agent_queue(self, agent_id: str, band: str | None = None) -> str:
+        """Queue of a logical agent (quorum mode: one per priority band)."""
+        base = f"{self.namespace}.agent.{agent_id}"
+        return base if band is None else f"{base}.{band}"
+
+    def agent_queues(self, agent_id: str) -> list[tuple[str, int]]:
+        """(queue, weight) pairs a worker of `agent_id` consumes, highest priority first."""
+        if self.queue_type == "classic":
+            return [(self.agent_queue(agent_id), 1)]
+        return [(self.agent_queue(agent_id, band), w) for band, w in PRIORITY_BANDS]
+
+    def agent_routing_key(self, agent_id: str, priority: int = 5) -> str:
+        """Routing key of a dispatch to `agent_id` on the capabilities exchange."""
+        if self.queue_type == "classic":
+            return f"agent.{agent_id}"
+        return f"agent.{agent_id}.{priority_band(priority)}"
+
+    def agent_of_routing_key(self, routing_key: str) -> str | None:
+        """Inverse of `agent_routing_key` (None for a key that is not a dispatch key)."""
+        if not routing_key.startswith("agent."):
+            return None
+        rest = routing_key[len("agent.") :]
+        if self.queue_type == "quorum":
+            rest, _, band = rest.rpartition(".")
+            if band not in {b for b, _ in PRIORITY_BANDS}:
+                return None
+        return rest or None
+
+    def instance_queue(self, instance_id: str) -> str:
+        """Exclusive control queue of one instance."""
+        return f"{self.namespace}.instance.{instance_id}"
+
+    def instance_key(self, instance_id: str) -> str:
+        return f"instance.{instance_id}"
+
+    def control_agent_key(self, agent_id: str) -> str:
+        """Control routing key reaching every instance of `agent_id`."""
+        return f"agent.{agent_id}"
+
+    def retry_queue(self, delay_ms: int) -> str:
+        return f"{self.namespace}.retry.{delay_ms}"
+
+    def retry_delay_for(self, attempt: int) -> int:
+        """Delay of retry number `attempt` (1-based): grows, then stays at the longest."""
+        delays = self.retry_delays_ms
+        return delays[min(max(attempt, 1), len(delays)) - 1]
+
+    def dead_queue(self, reason: DeadReason) -> str:
+        return f"{self.namespace}.dead.{reason}"
+
+    def dead_key(self, reason: DeadReason) -> str:
+        return f"dead.{reason}"
+
+    def is_own(self, name: str) -> bool:
+        """True for an exchange or queue name of this namespace."""
+        return name.startswith(self.namespace + ".")
+
+    # --- specs -----------------------------------------------------------------------------
+    def _queue_args(self, *, priority: bool) -> dict[str, Any]:
+        if self.queue_type == "quorum":
+            return {"x-queue-type": "quorum", "x-delivery-limit": self.delivery_limit}
+        return {"x-max-priority": MAX_PRIORITY} if priority else {}
+
+    def static_spec(self) -> TopologySpec:
+        """Everything that exists once per namespace."""
+        exchanges = (
+            ExchangeSpec(self.ingress, ExchangeType.DIRECT),
+            ExchangeSpec(self.capabilities, ExchangeType.TOPIC),
+            ExchangeSpec(self.control, ExchangeType.TOPIC),
+            ExchangeSpec(self.registry, ExchangeType.DIRECT),
+            ExchangeSpec(self.events, ExchangeType.TOPIC),
+            ExchangeSpec(self.retry, ExchangeType.HEADERS),
+            ExchangeSpec(self.dlx, ExchangeType.TOPIC),
+        )
+        router_args = self._queue_args(priority=True)
+        queues: list[QueueSpec] = [
+            QueueSpec(self.router_queue, router_args),
+            QueueSpec(self.registry, self._queue_args(priority=False)),
+        ]
+        bindings: list[BindingSpec] = [
+            BindingSpec(self.ingress, self.router_queue, self.ingress_key),
+            # dispatches that expired or were rejected in an agent queue come back to a
+            # router, which reroutes them (or ends them) -- DESIGN section 7
+            BindingSpec(self.dlx, self.router_queue, "agent.#"),
+            BindingSpec(self.registry, self.registry, self.registry_key),
+        ]
+        for delay in self.retry_delays_ms:
+            name = self.retry_queue(delay)
+            args = {
+                **self._queue_args(priority=False),
+                "x-message-ttl": delay,
+                "x-dead-letter-exchange": self.capabilities,
+            }
+            queues.append(QueueSpec(name, args))
+            bindings.append(
+                BindingSpec(self.retry, name, "", {"x-match": "all", DELAY_HEADER: str(delay)})
+            )
+        for reason in DEAD_REASONS:
+            name = self.dead_queue(reason)
+            queues.append(QueueSpec(name, self._queue_args(priority=False)))
+            bindings.append(BindingSpec(self.dlx, name, self.dead_key(reason)))
+        return TopologySpec(exchanges, tuple(queues), tuple(bindings))
+
+    def agent_spec(self, agent_id: str) -> TopologySpec:
+        """The queue(s) of one logical agent and their bindings."""
+        args = {**self._queue_args(priority=True), "x-dead-letter-exchange": self.dlx}
+        if self.queue_type == "classic":
+            name = self.agent_queue(agent_id)
+            return TopologySpec(
+                queues=(QueueSpec(name, args),),
+                bindings=(BindingSpec(self.capabilities, name, self.agent_routing_key(agent_id)),),
+            )
+        queues = []
+        bindings = []
+        for band, _ in PRIORITY_BANDS:
+            name = self.agent_queue(agent_id, band)
+            queues.append(QueueSpec(name, args))
+            bindings.append(BindingSpec(self.capabilities, name, f"agent.{agent_id}.{band}"))
+        return TopologySpec(queues=tuple(queues), bindings=tuple(bindings))
+
+    def instance_spec(self, agent_id: str, instance_id: str) -> TopologySpec:
+        """The exclusive control queue of one instance."""
+        name = self.instance_queue(instance_id)
+        return TopologySpec(
+            queues=(QueueSpec(name, durable=False, exclusive=True, auto_delete=True),),
+            bindings=(
+                BindingSpec(self.control, name, self.instance_key(instance_id)),
+                BindingSpec(self.control, name, self.control_agent_key(agent_id)),
+            ),
+        )
+
+    # --- declaration -----------------------------------------------------------------------
+    async def declare(self, channel: AbstractChannel, spec: TopologySpec | None = None) -> None:
+        """Declare `spec` (default: the static topology); idempotent."""
+        await declare_spec(channel, spec or self.static_spec())
+
+    def definitions(self, rabbit_version: str = "3.10.8") -> dict[str, Any]:
+        """The static topology in RabbitMQ's definitions format (`import_definitions`)."""
+        return spec_definitions(self.static_spec(), rabbit_version)
+
+
+async def declare_spec(channel: AbstractChannel, spec: TopologySpec) -> None:
+    """Declare every exchange, queue and binding of `spec` on `channel`."""
+    exchanges: dict[str, AbstractExchange] = {}
+    for ex in spec.exchanges:
+        exchanges[ex.name] = await channel.declare_exchange(
+            ex.name, ex.type, durable=True, internal=ex.internal, arguments=dict(ex.arguments)
+        )
+    queues = {}
+    for q in spec.queues:
+        queues[q.name] = await channel.declare_queue(
+            q.name,
+            durable=q.durable,
+            exclusive=q.exclusive,
+            auto_delete=q.auto_delete,
+            arguments=dict(q.arguments),
+        )
+    for b in spec.bindings:
+        exchange: AbstractExchange | str = exchanges.get(b.exchange, b.exchange)
+        await queues[b.queue].bind(exchange, routing_key=b.routing_key, arguments=dict(b.arguments))
+
+
+def spec_definitions(spec: TopologySpec, rabbit_version: str) -> dict[str, Any]:
+    def _sorted(items: Iterable[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
+        return sorted(items, key=lambda d: tuple(str(d[k]) for k in keys))
+
+    return {
+        "rabbit_version": rabbit_version,
+        "vhosts": [{"name": "/"}],
+        "exchanges": _sorted(
+            (
+                {
+                    "name": ex.name,
+                    "vhost": "/",
+                    "type": ex.type.value,
+                    "durable": True,
+                    "auto_delete": False,
+                    "internal": ex.internal,
+                    "arguments": dict(ex.arguments),
+                }
+                for ex in spec.exchanges
+            ),
+            "name",
+        ),
+        "queues": _sorted(
+            (
+                {
+                    "name": q.name,
+                    "vhost": "/",
+                    "durable": q.durable,
+                    "auto_delete": q.auto_delete,
+                    "arguments": dict(q.arguments),
+                }
+                for q in spec.queues
+                if not q.exclusive
+            ),
+            "name",
+        ),
+        "bindings": _sorted(
+            (
+                {
+                    "source": b.exchange,
+                    "vhost": "/",
+                    "destination": b.queue,
+                    "destination_type": "queue",
+                    "routing_key": b.routing_key,
+                    "arguments": dict(b.arguments),
+                }
+                for b in spec.bindings
+            ),
+            "source",
+            "destination",
+            "routing_key",
+        ),
+    }
+
+
+def message_priority(priority: int) -> int:
+    """AMQP priority of an envelope priority (they are the same scale, clamped)."""
+    return max(1, min(MAX_PRIORITY, priority))
+
+
+__all__ = [
+    "DEAD_REASONS",
+    "DELAY_HEADER",
+    "REASON_HEADER",
+    "BindingSpec",
+    "DeadReason",
+    "ExchangeSpec",
+    "QueueSpec",
+    "Topology",
+    "TopologySpec",
+    "declare_spec",
+    "message_priority",
+    "priority_band",
+]

@@ -1,0 +1,63 @@
+"""`Agent`: what an agent is (its identity, capability and handler), not how it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mesh.errors import ConfigError
+from schemas import Registration, TaskEnvelope
+
+if TYPE_CHECKING:
+    from mesh.worker.context import TaskContext
+
+Handler = Callable[[TaskEnvelope, "TaskContext"], Awaitable[dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class Agent:
+    """An agent definition: ``agent = Agent("refund", "Refunds orders")`` then ``@agent.handler``.
+
+    Run it with ``mesh worker module:agent`` or `WorkerRuntime`.
+    """
+
+    agent_id: str
+    capability_text: str
+    handler_fn: Handler | None = None
+    examples: list[str] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+    keywords: list[str] = field(default_factory=list)
+    supported_tasks: list[str] = field(default_factory=list)
+    max_concurrency: int = 4
+    priority_bonus: float = 0.0
+    name: str = ""
+    version: str = "0"
+
+    def handler(self, fn: Handler) -> Handler:
+        """Decorator: ``@agent.handler async def handle(task, ctx) -> dict``."""
+        self.handler_fn = fn
+        return fn
+
+    def require_handler(self) -> Handler:
+        if self.handler_fn is None:
+            raise ConfigError(
+                f"agent {self.agent_id!r} has no handler: decorate one with @agent.handler"
+            )
+        return self.handler_fn
+
+    def registration(self, instance_id: str) -> Registration:
+        """The registration this agent sends for one of its instances (validated)."""
+        return Registration(
+            agent_id=self.agent_id,
+            instance_id=instance_id,
+            name=self.name or self.agent_id,
+            version=self.version,
+            capability_text=self.capability_text,
+            supported_tasks=self.supported_tasks,
+            tags=self.tags,
+            keywords=self.keywords,
+            examples=self.examples,
+            max_concurrency=self.max_concurrency,
+            priority_bonus=self.priority_bonus,
+        )

@@ -1,0 +1,48 @@
+"""Wire contracts of the Agent-Reach mesh: frozen pydantic v2 models and their one codec."""
+
+from pydantic import BaseModel
+
+from schemas._base import SCHEMA_VERSION, new_id, now_ms
+from schemas.bid import Bid, BidRequest
+from schemas.codec import InvalidEnvelope, decode, encode
+from schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
+from schemas.event import Event
+from schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
+from schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
+
+#: every model exported to `schemas/json/`, by file stem
+WIRE_MODELS: dict[str, type[BaseModel]] = {
+    "task_envelope": TaskEnvelope,
+    "result": Result,
+    "registration": Registration,
+    "registration_ack": RegistrationAck,
+    "heartbeat": Heartbeat,
+    "deregistration": Deregistration,
+    "bid_request": BidRequest,
+    "bid": Bid,
+    "event": Event,
+}
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "SCHEMA_VERSION",
+    "TERMINAL_STATUSES",
+    "WIRE_MODELS",
+    "Bid",
+    "BidRequest",
+    "Deregistration",
+    "ErrorInfo",
+    "Event",
+    "FieldProblem",
+    "Heartbeat",
+    "InvalidEnvelope",
+    "Registration",
+    "RegistrationAck",
+    "Result",
+    "RouteInfo",
+    "TaskEnvelope",
+    "decode",
+    "encode",
+    "new_id",
+    "now_ms",
+]

@@ -1,0 +1,53 @@
+"""The Result a caller gets back for every accepted task, whatever happened."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from schemas._base import WireModel
+
+Status = Literal["completed", "failed", "rejected", "expired", "unroutable", "dead"]
+#: statuses that end a task; every accepted task gets exactly one of them
+TERMINAL_STATUSES: frozenset[str] = frozenset(
+    {"completed", "failed", "rejected", "expired", "unroutable", "dead"}
+)
+
+
+class FieldProblem(WireModel):
+    """One bad field of an invalid message: where it is and what is wrong."""
+
+    loc: str
+    msg: str
+
+
+class ErrorInfo(WireModel):
+    """Why a task did not complete. `code` is stable and machine-readable."""
+
+    code: str = Field(min_length=1, max_length=64)
+    message: str = Field(max_length=8_192)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RouteInfo(WireModel):
+    """How the router chose the agent."""
+
+    strategy: Literal["target", "semantic", "arbitration", "bid", "fallback", "exploration"]
+    score: float | None = None
+    low_confidence: bool = False
+
+
+class Result(WireModel):
+    """The outcome of a task, published to the envelope's `reply_to`."""
+
+    task_id: str = Field(min_length=1, max_length=128)
+    trace_id: str | None = Field(default=None, max_length=128)
+    status: Status
+    output: dict[str, Any] | None = None
+    error: ErrorInfo | None = None
+    agent_id: str | None = None
+    instance_id: str | None = None
+    route: RouteInfo | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    hops: int = Field(default=0, ge=0)

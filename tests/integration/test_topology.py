@@ -1,0 +1,68 @@
+"""The declared topology matches the export, and the management API shows all of it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mesh.cli.topology import render
+from mesh.config import Settings
+from mesh.connection import MeshConnection
+from mesh.management import Management
+from mesh.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_definitions_match_the_declared_topology() -> None:
+    committed = (ROOT / "infra" / "definitions.json").read_bytes()
+    assert committed == render(Settings()), "run `mesh topology export`"
+
+
+@pytest.mark.integration
+async def test_management_api_shows_every_exchange_and_queue(
+    conn: MeshConnection, management: Management
+) -> None:
+    topology = conn.topology
+    channel = await conn.channel()
+    await topology.declare(channel)
+    await topology.declare(channel, topology.agent_spec("refund"))
+    definitions = topology.definitions()
+
+    exchanges = {e["name"]: e for e in await asyncio.to_thread(management.exchanges)}
+    for ex in definitions["exchanges"]:
+        shown = exchanges[ex["name"]]
+        assert shown["type"] == ex["type"]
+        assert shown["durable"] is True
+        assert shown["arguments"] == ex["arguments"]
+
+    queues = {q["name"]: q for q in await asyncio.to_thread(management.queues)}
+    for q in definitions["queues"]:
+        assert queues[q["name"]]["arguments"] == q["arguments"], q["name"]
+    agent_q = queues[topology.agent_queue("refund")]
+    assert agent_q["arguments"] == {"x-max-priority": 10, "x-dead-letter-exchange": topology.dlx}
+    assert queues[topology.router_queue]["arguments"] == {"x-max-priority": 10}
+    retry = queues[topology.retry_queue(topology.retry_delays_ms[0])]
+    assert retry["arguments"]["x-message-ttl"] == topology.retry_delays_ms[0]
+    assert retry["arguments"]["x-dead-letter-exchange"] == topology.capabilities
+
+
+@pytest.mark.integration
+async def test_declaration_is_idempotent(conn: MeshConnection) -> None:
+    channel = await conn.channel()
+    for _ in range(2):
+        await conn.topology.declare(channel)
+
+
+def test_quorum_topology_keeps_priority_with_bands() -> None:
+    topology = Topology(namespace="q", queue_type="quorum")
+    spec = topology.agent_spec("a")
+    assert [q.name for q in spec.queues] == ["q.agent.a.high", "q.agent.a.normal", "q.agent.a.low"]
+    for q in spec.queues:
+        assert "x-max-priority" not in q.arguments
+        assert q.arguments["x-queue-type"] == "quorum"
+        assert q.arguments["x-delivery-limit"] == 5
+    assert topology.agent_routing_key("a", 9) == "agent.a.high"
+    assert topology.agent_of_routing_key("agent.a.b.low") == "a.b"
