@@ -1,0 +1,62 @@
+"""Fencing tokens: issued per agent_id, strictly increasing, checked atomically.
+
+Redis layout (keys from `mesh.keys.Keys`):
+- ``fence(agent_id)``: INCR counter, the last token issued for the agent; never reset, so
+  tokens grow across registry restarts and across any number of registry processes.
+- ``instance(instance_id)``: hash with at least ``agent_id``, ``token``, ``status``
+  (``up``/``down``) and ``lease_expires_ms``.
+
+A token is current when the instance hash holds that very token, its status is ``up`` and
+its lease has not expired by Redis' own clock. `FENCE_LUA` is a Lua fragment defining
+``fence_ok(instance_key, token)``; every script that commits work under a token (the
+idempotency commit of a result, for one) prepends it, so check and commit are one atomic
+step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesh.errors import StaleFencingToken
+from mesh.keys import Keys
+
+FENCE_LUA = """
+local function redis_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function fence_ok(instance_key, token)
+  local v = redis.call('HMGET', instance_key, 'token', 'status', 'lease_expires_ms')
+  if v[1] == false or tonumber(v[1]) ~= tonumber(token) then return false end
+  if v[2] ~= 'up' then return false end
+  if v[3] ~= false and tonumber(v[3]) < redis_now_ms() then return false end
+  return true
+end
+"""
+
+_CHECK_LUA = (
+    FENCE_LUA
+    + """
+if fence_ok(KEYS[1], ARGV[1]) then return -1 end
+local cur = redis.call('HGET', KEYS[1], 'token')
+if cur == false then return 0 end
+return tonumber(cur)
+"""
+)
+
+#: issue the next token of an agent (atomic; the counter is never reset)
+ISSUE_LUA = "return redis.call('INCR', KEYS[1])"
+
+
+async def issue_token(redis: Any, keys: Keys, agent_id: str) -> int:
+    """Next fencing token of `agent_id`: strictly greater than every one issued before."""
+    return int(await redis.incr(keys.fence(agent_id)))
+
+
+async def check_token(
+    redis: Any, keys: Keys, agent_id: str, instance_id: str, token: int
+) -> None:
+    """Raise `StaleFencingToken` unless `token` is the current, live token of the instance."""
+    answer = int(await redis.eval(_CHECK_LUA, 1, keys.instance(instance_id), token))
+    if answer != -1:
+        raise StaleFencingToken(agent_id, token, answer or None)
