@@ -53,6 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    if args.verbose < 2:
+        # the mesh reports connection failures itself, in one sentence
+        for noisy in ("aiormq.connection",):
+            logging.getLogger(noisy).setLevel(logging.CRITICAL)
     try:
         settings = Settings.from_env()
         code: int = args.func(args, settings)
