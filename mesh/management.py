@@ -32,7 +32,7 @@ class Management:
             self._base + path, method=method, headers={"Authorization": self._auth}
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=10) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and method == "DELETE":

@@ -55,16 +55,15 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         fields["task_id"] = args.task_id
 
     async def go() -> int:
-        async with await connect(settings, name="mesh-request") as conn:
-            async with MeshClient(conn) as client:
-                try:
-                    result = await client.request(args.capability, payload, **fields)
-                except ValidationError as exc:
-                    print(f"mesh: invalid request: {exc}", file=sys.stderr)
-                    return 2
-                except RequestTimeout as exc:
-                    print(f"mesh: {exc}", file=sys.stderr)
-                    return 1
+        async with await connect(settings, name="mesh-request") as conn, MeshClient(conn) as client:
+            try:
+                result = await client.request(args.capability, payload, **fields)
+            except ValidationError as exc:
+                print(f"mesh: invalid request: {exc}", file=sys.stderr)
+                return 2
+            except RequestTimeout as exc:
+                print(f"mesh: {exc}", file=sys.stderr)
+                return 1
         print(dumps(result.model_dump(mode="json")).decode())
         return 0 if result.status == "completed" else 1
 

@@ -27,7 +27,9 @@ def echo_agent(agent_id: str = "echo") -> Agent:
     return agent
 
 
-async def start_mesh(conn: MeshConnection, *agents: Agent) -> tuple[RouterService, list[WorkerRuntime]]:
+async def start_mesh(
+    conn: MeshConnection, *agents: Agent
+) -> tuple[RouterService, list[WorkerRuntime]]:
     router = RouterService(conn)
     await router.start()
     workers = []
