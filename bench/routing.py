@@ -1,0 +1,79 @@
+"""Decision time (embedding excluded) at 10 to 10,000 agents, and one-query embedding latency.
+
+Usage: ``python bench/routing.py [--no-embed]``. Goal: p99 < 2 ms at 10,000 agents.
+Agents get random unit vectors (5 examples each); decisions go through `scoring.score`
+exactly as the live router calls it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from mesh.config import Settings
+from mesh.router.index import AgentStats, CapabilityIndex
+from mesh.router.scoring import ScoreWeights, score
+
+DIM = 512
+SIZES = (10, 100, 1_000, 10_000)
+QUERIES = 2_000
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
+    index = CapabilityIndex(DIM, seed=0)
+    for i in range(n):
+        base = rng.standard_normal(DIM)
+        examples = _unit(base + 0.5 * rng.standard_normal((5, DIM)))
+        index.add(
+            f"agent-{i}", _unit(base), examples, tags={"team": str(i % 7)},
+            keywords=(f"kw{i}",),
+            stats=AgentStats(load=i % 3, max_concurrency=4, completed=i % 10),
+        )
+    weights = ScoreWeights.from_settings(Settings(), threshold=0.3)
+    queries = _unit(rng.standard_normal((QUERIES, DIM)))
+    times = np.empty(QUERIES)
+    pick = np.random.default_rng(1)
+    for q in range(QUERIES):
+        t0 = time.perf_counter()
+        score(index, queries[q], weights, query_text="please do kw3 now", rng=pick)
+        times[q] = time.perf_counter() - t0
+    return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3)
+
+
+def embedding_latency() -> tuple[str, float, float]:
+    from mesh.router.embedding import build_embedder  # loads the model: keep it optional
+
+    embedder = build_embedder(Settings.from_env())
+    embedder.start()
+    texts = [f"please book a table for {i} people tonight at {i % 12} pm" for i in range(200)]
+    embedder.embed(["warm up"])
+    times = np.empty(len(texts))
+    for i, text in enumerate(texts):  # distinct texts: no cache hit
+        t0 = time.perf_counter()
+        embedder.embed([text])
+        times[i] = time.perf_counter() - t0
+    return embedder.model_id, float(np.percentile(times, 50) * 1e3), float(
+        np.percentile(times, 99) * 1e3
+    )
+
+
+def main() -> int:
+    rng = np.random.default_rng(0)
+    print(f"decision time, embedding excluded ({QUERIES} queries each)")
+    for n in SIZES:
+        p50, p99 = decision_times(n, rng)
+        print(f"  {n:>6d} agents  p50 {p50:6.3f} ms  p99 {p99:6.3f} ms")
+    if "--no-embed" not in sys.argv[1:]:
+        model, p50, p99 = embedding_latency()
+        print(f"single-query embedding ({model}): p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""Score every live agent for one query in a single numpy pass. Pure: no I/O, no clock.
+
+``total = w_semantic * similarity + keyword + w_load * (1 - load/max) + w_idle * idle
++ w_history * success_rate + priority_bonus * priority``. An agent is *eligible* when it
+is routable, matches the required tags, and ``similarity + keyword`` clears the
+threshold. Among eligible agents the best total wins; when the runner-up is within
+`tie_margin` the two are arbitrated by similarity, then lower load, then success rate.
+With probability `exploration_share` a cold eligible agent (few completed tasks) is
+chosen instead, drawn from the caller's RNG so decisions replay deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mesh.router.index import AgentStats, CapabilityIndex
+
+if TYPE_CHECKING:
+    from mesh.config import Settings
+
+__all__ = [
+    "AgentStats",
+    "Candidate",
+    "Decision",
+    "ScoreWeights",
+    "score",
+]
+
+F32 = NDArray[np.float32]
+Strategy = Literal["best", "arbitrated", "explore", "none"]
+
+#: filtered reasons, in the order they are checked
+UNAVAILABLE = "unavailable"
+TAGS = "tags"
+BELOW_THRESHOLD = "below_threshold"
+
+_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ScoreWeights:
+    """The knobs of `score`; build with `ScoreWeights.from_settings`."""
+
+    threshold: float
+    w_semantic: float = 0.60
+    w_load: float = 0.25
+    w_idle: float = 0.10
+    w_history: float = 0.05
+    keyword_boost: float = 0.15
+    tie_margin: float = 0.10
+    exploration_share: float = 0.05
+    #: added per priority level (agents register an integer priority, default 0)
+    priority_bonus: float = 0.02
+    #: seconds of idleness that earn the full idle part
+    idle_horizon_s: float = 60.0
+    #: an agent with fewer completed tasks is cold and may be explored
+    cold_tasks: int = 5
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, threshold: float) -> ScoreWeights:
+        """Weights from `settings`; `threshold` is already resolved (see `calibrate`)."""
+        return cls(
+            threshold=threshold,
+            w_semantic=settings.w_semantic,
+            w_load=settings.w_load,
+            w_idle=settings.w_idle,
+            w_history=settings.w_history,
+            keyword_boost=settings.keyword_boost,
+            tie_margin=settings.tie_margin,
+            exploration_share=settings.exploration_share,
+        )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One agent's score parts for one decision (weighted, so they add up to `total`)."""
+
+    agent_id: str
+    similarity: float
+    semantic: float
+    keyword: float
+    load: float
+    idle: float
+    history: float
+    priority: float
+    total: float
+    #: why the agent could not be chosen (`unavailable`, `tags`, `below_threshold`)
+    filtered: str | None
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        return {
+            "agent_id": self.agent_id,
+            "similarity": round(self.similarity, 4),
+            "semantic": round(self.semantic, 4),
+            "keyword": round(self.keyword, 4),
+            "load": round(self.load, 4),
+            "idle": round(self.idle, 4),
+            "history": round(self.history, 4),
+            "priority": round(self.priority, 4),
+            "total": round(self.total, 4),
+            "filtered": self.filtered,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of `score`: the chosen agent (or None) and every candidate's parts.
+
+    Per-agent parts are kept as arrays; `candidates()` builds `Candidate` objects on
+    demand, so a decision over 10,000 agents stays cheap until it is explained.
+    """
+
+    agent_id: str | None
+    strategy: Strategy
+    threshold: float
+    ids: tuple[str, ...]
+    similarity: F32
+    semantic: F32
+    keyword: F32
+    load: F32
+    idle: F32
+    history: F32
+    priority: F32
+    total: F32
+    #: 0 eligible, 1 unavailable, 2 tags, 3 below threshold
+    filter_code: NDArray[np.int8]
+    #: runner-up within the tie margin, when arbitration happened
+    runner_up: str | None = None
+
+    @property
+    def eligible(self) -> NDArray[np.bool_]:
+        out: NDArray[np.bool_] = self.filter_code == 0
+        return out
+
+    @cached_property
+    def order(self) -> NDArray[np.intp]:
+        """Rows ranked: eligible first, then by total, descending."""
+        return np.lexsort((-self.total, self.filter_code != 0))
+
+    def candidate(self, row: int) -> Candidate:
+        code = int(self.filter_code[row])
+        return Candidate(
+            agent_id=self.ids[row],
+            similarity=float(self.similarity[row]),
+            semantic=float(self.semantic[row]),
+            keyword=float(self.keyword[row]),
+            load=float(self.load[row]),
+            idle=float(self.idle[row]),
+            history=float(self.history[row]),
+            priority=float(self.priority[row]),
+            total=float(self.total[row]),
+            filtered=(None, UNAVAILABLE, TAGS, BELOW_THRESHOLD)[code],
+        )
+
+    def candidates(self, limit: int | None = None) -> list[Candidate]:
+        """Ranked candidates with their parts (all of them when `limit` is None)."""
+        rows = self.order if limit is None else self.order[:limit]
+        return [self.candidate(int(r)) for r in rows]
+
+    def bid_candidates(self, k: int) -> list[str]:
+        """The `k` available, tag-matching agents with the highest similarity (for bids)."""
+        ok = np.flatnonzero(self.filter_code != 1) if k else np.empty(0, np.intp)
+        ok = ok[self.filter_code[ok] != 2]
+        top = ok[np.argsort(-self.similarity[ok], kind="stable")[:k]]
+        return [self.ids[int(r)] for r in top]
+
+    def best_similarity(self) -> float:
+        """Highest similarity among available, tag-matching agents (-1 when none)."""
+        ok = (self.filter_code == 0) | (self.filter_code == 3)
+        return float(self.similarity[ok].max()) if ok.any() else -1.0
+
+
+def score(
+    index: CapabilityIndex,
+    query: F32,
+    weights: ScoreWeights,
+    *,
+    query_text: str = "",
+    required_tags: Mapping[str, str] | None = None,
+    rng: np.random.Generator | None = None,
+) -> Decision:
+    """Score every agent of `index` for the unit vector `query`; see the module docstring.
+
+    `rng` drives exploration; without one no exploration happens.
+    """
+    n = len(index)
+    sim = index.prototypes @ np.asarray(query, np.float32)
+    kw = (
+        index.keyword_hits(query_text) * np.float32(weights.keyword_boost)
+        if query_text and weights.keyword_boost
+        else np.zeros(n, np.float32)
+    )
+    free = 1.0 - np.minimum(index.load / index.max_concurrency, 1.0)
+    load = (weights.w_load * free).astype(np.float32)
+    idle = (weights.w_idle * np.minimum(index.idle_s / weights.idle_horizon_s, 1.0)).astype(
+        np.float32
+    )
+    history = (weights.w_history * index.success_rate).astype(np.float32)
+    priority = (weights.priority_bonus * index.priority).astype(np.float32)
+    semantic = (weights.w_semantic * sim).astype(np.float32)
+    total = semantic + kw + load + idle + history + priority
+
+    code = np.zeros(n, np.int8)
+    code[(sim + kw) < weights.threshold] = 3
+    if required_tags:
+        code[~index.tag_mask(required_tags)] = 2
+    code[~index.routable] = 1
+
+    def decision(
+        agent_id: str | None, strategy: Strategy, runner_up: str | None = None
+    ) -> Decision:
+        return Decision(
+            agent_id, strategy, weights.threshold, index.ids, sim, semantic, kw, load, idle,
+            history, priority, total, code, runner_up,
+        )
+
+    eligible = np.flatnonzero(code == 0)
+    if eligible.size == 0:
+        return decision(None, "none")
+    if eligible.size > 2:
+        eligible_top = eligible[np.argpartition(-total[eligible], 1)[:2]]
+    else:
+        eligible_top = eligible
+    ranked = eligible_top[np.argsort(-total[eligible_top], kind="stable")]
+    best = int(ranked[0])
+    strategy: Strategy = "best"
+    runner_up: str | None = None
+    if ranked.size > 1 and total[best] - total[int(ranked[1])] <= weights.tie_margin:
+        second = int(ranked[1])
+        runner_up = index.ids[second]
+        strategy = "arbitrated"
+        if _prefer(second, best, sim, index):
+            best, runner_up = second, index.ids[best]
+
+    if rng is not None and weights.exploration_share > 0:
+        cold = eligible[index.completed[eligible] < weights.cold_tasks]
+        cold = cold[cold != best]
+        if cold.size and rng.random() < weights.exploration_share:
+            pick = int(cold[int(np.argmax(total[cold]))])
+            return decision(index.ids[pick], "explore", index.ids[best])
+    return decision(index.ids[best], strategy, runner_up)
+
+
+def _prefer(a: int, b: int, sim: F32, index: CapabilityIndex) -> bool:
+    """Arbitration: does row `a` beat row `b`? Similarity, then lower load, then success."""
+    if abs(float(sim[a]) - float(sim[b])) > _EPS:
+        return bool(sim[a] > sim[b])
+    la = index.load[a] / index.max_concurrency[a]
+    lb = index.load[b] / index.max_concurrency[b]
+    if abs(float(la - lb)) > _EPS:
+        return bool(la < lb)
+    return bool(index.success_rate[a] > index.success_rate[b])

@@ -1,0 +1,108 @@
+"""CapabilityIndex: rows, removal, tags, keywords, the bounded reservoir and refit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mesh.router.index import AgentStats, CapabilityIndex, FitConfig
+
+DIM = 16
+
+
+def unit(*hot: int, noise: float = 0.0, seed: int = 0) -> np.ndarray:
+    v = np.zeros(DIM, np.float32)
+    v[list(hot)] = 1.0
+    v += noise * np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def add(index: CapabilityIndex, agent_id: str, axis: int, **kw: object) -> None:
+    examples = np.stack([unit(axis, noise=0.2, seed=s) for s in range(3)])
+    index.add(agent_id, unit(axis), examples, **kw)  # type: ignore[arg-type]
+
+
+def test_add_replace_remove_keeps_rows_consistent() -> None:
+    index = CapabilityIndex(DIM)
+    for i in range(20):  # past the initial capacity
+        add(index, f"a{i}", i % DIM)
+    assert len(index) == 20 and index.prototypes.shape == (20, DIM)
+    assert index.remove("a3") and not index.remove("a3")
+    assert "a3" not in index and len(index) == 19
+    row = index.row("a19")  # the last agent moved into the hole
+    assert row == 3
+    np.testing.assert_allclose(index.prototypes[row] @ unit(19 % DIM), 1.0, atol=0.1)
+    add(index, "a5", 7)  # replace: same row, new vectors
+    assert index.prototypes[index.row("a5")] @ unit(7) > 0.9
+    assert index.ids == tuple(index.entry(a).agent_id for a in index.ids)
+
+
+def test_prototypes_are_unit_rows() -> None:
+    index = CapabilityIndex(DIM)
+    for i in range(4):
+        add(index, f"a{i}", i)
+    index.refit()
+    np.testing.assert_allclose(np.linalg.norm(index.prototypes, axis=1), 1.0, rtol=1e-5)
+
+
+def test_tag_mask_and_keywords() -> None:
+    index = CapabilityIndex(DIM)
+    add(index, "eu", 0, tags={"region": "eu", "tier": "gold"}, keywords=["invoice", "VAT id"])
+    add(index, "us", 1, tags={"region": "us"})
+    assert index.tag_mask({"region": "eu"}).tolist() == [True, False]
+    assert index.tag_mask({"region": "eu", "tier": "silver"}).tolist() == [False, False]
+    assert index.tag_mask({}).tolist() == [True, True]
+    assert index.keyword_hits("Send the INVOICE please").tolist() == [1.0, 0.0]
+    assert index.keyword_hits("what is my vat id?").tolist() == [1.0, 0.0]
+    assert index.keyword_hits("vat rules").tolist() == [0.0, 0.0]
+    index.remove("eu")
+    assert index.keyword_hits("invoice").tolist() == [0.0]
+
+
+def test_reservoir_is_bounded_and_deterministic() -> None:
+    def run() -> list[np.ndarray]:
+        index = CapabilityIndex(DIM, memory_size=5, seed=42)
+        add(index, "a", 0)
+        for s in range(40):
+            index.learn("a", unit(1, noise=0.5, seed=s), good=True)
+        index.learn("a", unit(2), good=False)
+        index.learn("ghost", unit(2), good=True)  # unknown agent: ignored
+        entry = index.entry("a")
+        assert len(entry.learned) == 5 and entry.learned_seen == 40 and entry.bad == 1
+        return entry.learned
+
+    first, second = run(), run()
+    assert all(np.array_equal(x, y) for x, y in zip(first, second, strict=True))
+
+
+def test_learning_moves_the_prototype() -> None:
+    index = CapabilityIndex(DIM)
+    add(index, "a", 0)
+    add(index, "b", 5)
+    before = float(index.prototypes[0] @ unit(3))
+    for s in range(10):
+        index.learn("a", unit(3, noise=0.1, seed=s), good=True)
+    assert float(index.prototypes[0] @ unit(3)) > before
+    assert index.dirty
+
+
+def test_refit_separates_overlapping_agents() -> None:
+    index = CapabilityIndex(DIM, fit=FitConfig(steps=200))
+    shared = unit(0)
+    index.add("a", unit(0, 1), np.stack([unit(0, 1, noise=0.05, seed=s) for s in range(4)]))
+    index.add("b", unit(0, 2), np.stack([unit(0, 2, noise=0.05, seed=s) for s in range(4)]))
+    gap_before = float(index.prototypes[0] @ unit(0, 1) - index.prototypes[1] @ unit(0, 1))
+    assert index.refit() and not index.dirty
+    gap_after = float(index.prototypes[0] @ unit(0, 1) - index.prototypes[1] @ unit(0, 1))
+    assert gap_after > gap_before
+    assert float(index.prototypes[0] @ shared) < 1.0
+
+
+def test_refit_skips_when_too_large_and_stats_roundtrip() -> None:
+    index = CapabilityIndex(DIM, fit=FitConfig(max_cells=1))
+    add(index, "a", 0, stats=AgentStats(load=2, max_concurrency=4, status="draining"))
+    add(index, "b", 1)
+    assert not index.refit()
+    assert index.stats("a").load == 2 and not index.routable[0]
+    with pytest.raises(KeyError):
+        index.stats("nope")

@@ -1,0 +1,106 @@
+"""scoring.score: parts, threshold, filters, tie arbitration and exploration."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mesh.config import Settings
+from mesh.router.index import AgentStats, CapabilityIndex
+from mesh.router.scoring import ScoreWeights, score
+
+DIM = 8
+
+
+def vec(*values: float) -> np.ndarray:
+    v = np.zeros(DIM, np.float32)
+    v[: len(values)] = values
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def make(**stats: AgentStats) -> CapabilityIndex:
+    index = CapabilityIndex(DIM)
+    axes = {"a": vec(1, 0), "b": vec(0.8, 0.6), "c": vec(0, 0, 1)}
+    for name, axis in axes.items():
+        index.add(name, axis, axis[None, :], tags={"zone": name}, stats=stats.get(name))
+    return index
+
+
+W = ScoreWeights(threshold=0.5, exploration_share=0.0)
+
+
+def test_best_similarity_wins_and_parts_add_up() -> None:
+    decision = score(make(), vec(1, 0), W)
+    assert decision.agent_id == "a"
+    ranked = decision.candidates()
+    assert [c.agent_id for c in ranked][:2] == ["a", "b"]
+    for c in ranked:
+        parts = c.semantic + c.keyword + c.load + c.idle + c.history + c.priority
+        assert abs(parts - c.total) < 1e-5
+    assert ranked[-1].agent_id == "c" and ranked[-1].filtered == "below_threshold"
+    assert decision.candidates(1)[0].as_dict()["agent_id"] == "a"
+
+
+def test_nothing_clears_threshold() -> None:
+    decision = score(make(), vec(0, 0, 0, 1), W)
+    assert decision.agent_id is None and decision.strategy == "none"
+    assert len(decision.bid_candidates(2)) == 2
+    assert decision.best_similarity() < 0.5
+
+
+def test_filters_status_and_tags() -> None:
+    index = make(a=AgentStats(status="down"))
+    decision = score(index, vec(1, 0), W)
+    assert decision.agent_id == "b"
+    assert decision.candidate(index.row("a")).filtered == "unavailable"
+    decision = score(index, vec(1, 0), W, required_tags={"zone": "c"})
+    assert decision.agent_id is None
+    assert decision.candidate(index.row("b")).filtered == "tags"
+
+
+def test_keyword_boost_can_lift_over_threshold() -> None:
+    index = CapabilityIndex(DIM)
+    index.add("k", vec(0, 1), vec(0, 1)[None, :], keywords=["refund"])
+    q = vec(0.6, 0.8 * 0.55, 0.5)  # similarity below 0.5
+    assert score(index, q, W).agent_id is None
+    decision = score(index, q, W, query_text="I want a refund")
+    assert decision.agent_id == "k" and decision.keyword[0] == W.keyword_boost
+
+
+def test_load_outweighs_small_similarity_gap_but_tie_arbitrates_by_similarity() -> None:
+    # a is more similar but busy; totals land within the tie margin: similarity decides
+    index = make(a=AgentStats(load=1, max_concurrency=4))
+    decision = score(index, vec(1, 0.2), W)
+    assert decision.strategy == "arbitrated"
+    assert decision.agent_id == "a" and decision.runner_up == "b"
+    # a fully loaded: no tie any more, b wins on total
+    index.set_stats("a", AgentStats(load=4, max_concurrency=4, idle_s=0))
+    assert score(index, vec(1, 0.2), W).agent_id == "b"
+
+
+def test_equal_similarity_arbitrates_by_load_then_success() -> None:
+    index = CapabilityIndex(DIM)
+    for name in ("x", "y"):
+        index.add(name, vec(1, 0), vec(1, 0)[None, :])
+    index.set_stats("x", AgentStats(load=1, max_concurrency=100, idle_s=1e9))
+    assert score(index, vec(1, 0), W).agent_id == "y"
+    index.set_stats("x", AgentStats(success_rate=1.0))
+    index.set_stats("y", AgentStats(success_rate=0.5))
+    assert score(index, vec(1, 0), W).agent_id == "x"
+
+
+def test_exploration_is_deterministic_and_picks_cold_agents() -> None:
+    index = make(a=AgentStats(completed=100), b=AgentStats(completed=0))
+    weights = ScoreWeights.from_settings(Settings(exploration_share=0.5), threshold=0.5)
+    picks = [score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id
+             for s in range(40)]
+    again = [score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id
+             for s in range(40)]
+    assert picks == again
+    assert set(picks) == {"a", "b"}
+    explored = score(index, vec(1, 0), weights, rng=np.random.default_rng(picks.index("b")))
+    assert explored.strategy == "explore" and explored.runner_up == "a"
+
+
+def test_empty_index() -> None:
+    decision = score(CapabilityIndex(DIM), vec(1), W)
+    assert decision.agent_id is None and decision.candidates() == []
