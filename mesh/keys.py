@@ -57,6 +57,10 @@ class Keys:
         """Hash: the agent's learned example memory (reservoir) and its counters."""
         return f"{self.namespace}:memory:{agent_id}"
 
+    def memory_marker(self, agent_id: str, task_id: str) -> str:
+        """String with TTL: this outcome of a task was already counted in the memory."""
+        return f"{self.namespace}:memory-seen:{agent_id}:{task_id}"
+
     def outcome(self, task_id: str) -> str:
         """Hash: routing outcome of a task (chosen agent, text) kept for feedback."""
         return f"{self.namespace}:outcome:{task_id}"
@@ -81,6 +85,22 @@ class Keys:
     def task_history(self, task_id: str) -> str:
         """List: state transitions of a task, oldest first."""
         return f"{self.namespace}:task-history:{task_id}"
+
+    def task_waiters(self, task_id: str) -> str:
+        """Set: every reply_to recorded for a task_id (duplicate submissions wait together)."""
+        return f"{self.namespace}:task-waiters:{task_id}"
+
+    def processing(self) -> str:
+        """Sorted set: task_id scored by the epoch ms its maximum lifetime ends (reaper)."""
+        return f"{self.namespace}:processing"
+
+    def instance_prefix(self) -> str:
+        """Prefix of `instance()` keys, for Lua scripts that look up a claim holder's hash."""
+        return f"{self.namespace}:instance:"
+
+    def effect_done(self, task_id: str, name: str) -> str:
+        """String: set once a task applied the side effect `name` (exactly-once effects)."""
+        return f"{self.namespace}:effect-done:{task_id}:{name}"
 
     def trace_visits(self, trace_id: str) -> str:
         """Hash: agent_id -> visits of one trace (loop detection)."""

@@ -1,0 +1,107 @@
+"""Call for bids: when no agent clears the threshold, ask the top candidates how sure they are.
+
+The router publishes a `BidRequest` to every instance of each candidate agent on
+`mesh.control` (routing key ``agent.<agent_id>``) and collects `Bid`s on its own exclusive
+queue until the window closes or every candidate has answered. The most confident bid
+wins. The window is bounded by the task's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+
+from mesh.connection import MeshConnection
+from mesh.errors import NotStarted
+from mesh.messaging import Publisher
+from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, new_id, now_ms
+
+logger = logging.getLogger(__name__)
+
+
+class BidCollector:
+    """Sends calls for bids and gathers the answers."""
+
+    def __init__(self, conn: MeshConnection, publisher: Publisher) -> None:
+        self.conn = conn
+        self.publisher = publisher
+        self.topology = conn.topology
+        self._channel: AbstractChannel | None = None
+        self._queue: AbstractQueue | None = None
+        self._pending: dict[str, tuple[set[str], list[Bid], asyncio.Event]] = {}
+
+    async def start(self) -> None:
+        if self._queue is not None:
+            return
+        self._channel = await self.conn.channel(confirms=False)
+        self._queue = await self._channel.declare_queue(
+            f"{self.conn.settings.namespace}.bids.{new_id()[:12]}", exclusive=True, auto_delete=True
+        )
+        await self._queue.consume(self._on_bid, no_ack=True)
+
+    async def _on_bid(self, message: AbstractIncomingMessage) -> None:
+        try:
+            bid = decode(Bid, message.body)
+        except InvalidEnvelope as exc:
+            logger.warning("unreadable bid dropped: %s", exc)
+            return
+        pending = self._pending.get(bid.task_id)
+        if pending is None:
+            return  # late: the window closed
+        waiting, bids, done = pending
+        bids.append(bid)
+        waiting.discard(bid.agent_id)
+        if not waiting:
+            done.set()
+
+    async def call(
+        self, envelope: TaskEnvelope, candidates: Sequence[str], window_ms: int
+    ) -> tuple[Bid | None, list[Bid]]:
+        """Ask `candidates`; returns the winning bid (None if nobody bid) and all bids."""
+        if self._queue is None:
+            raise NotStarted("BidCollector.start() was not awaited")
+        if not candidates or window_ms <= 0:
+            return None, []
+        deadline = now_ms() + window_ms
+        request = BidRequest(
+            task_id=envelope.task_id,
+            capability=envelope.capability,
+            required_tags=envelope.required_tags,
+            reply_to=self._queue.name,
+            deadline_ms=deadline,
+        )
+        body = encode(request)
+        waiting = set(candidates)
+        bids: list[Bid] = []
+        done = asyncio.Event()
+        self._pending[envelope.task_id] = (waiting, bids, done)
+        try:
+            for agent_id in candidates:
+                await self.publisher.send_fast(
+                    self.topology.control,
+                    self.topology.control_agent_key(agent_id),
+                    body,
+                    type="bid_request",
+                    expiration=window_ms / 1000.0,
+                )
+            try:
+                async with asyncio.timeout(window_ms / 1000.0):
+                    await done.wait()
+            except TimeoutError:
+                pass
+        finally:
+            self._pending.pop(envelope.task_id, None)
+        eligible = [b for b in bids if b.agent_id in set(candidates) and b.confidence > 0]
+        if not eligible:
+            return None, bids
+        best = max(eligible, key=lambda b: (b.confidence, -b.load))
+        return best, bids
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        self._queue = None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
