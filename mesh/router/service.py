@@ -17,11 +17,14 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from aiormq.exceptions import PublishError
 
 from mesh.connection import MeshConnection
+from mesh.dispatch.events import emit_states
+from mesh.dispatch.store import TaskStore
 from mesh.errors import NotStarted
 from mesh.messaging import Publisher
 from mesh.results import error_result
+from mesh.retrying import TRANSIENT_ERRORS, with_retries
 from mesh.topology import DeadReason
-from schemas import Event, InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, now_ms
+from schemas import InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, new_id, now_ms
 from schemas.codec import peek
 from schemas.result import ErrorInfo, Status
 
@@ -59,9 +62,12 @@ class RouterService:
         self.topology = conn.topology
         self.selector: Selector = selector or NoSelector()
         self.publisher = Publisher(conn)
+        self.store = TaskStore(conn.redis, conn.keys, conn.settings)
+        self.router_id = f"router-{new_id()[:8]}"
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
         self.handled = 0
+        self.duplicates = 0
 
     async def start(self) -> None:
         await self.publisher.start()
@@ -85,13 +91,20 @@ class RouterService:
     # --- per message -----------------------------------------------------------------------
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         try:
-            await self.handle(message.body, message.headers or {}, message.routing_key or "")
+            await self.handle(
+                message.body,
+                message.headers or {},
+                message.routing_key or "",
+                redelivered=bool(message.redelivered),
+            )
         except asyncio.CancelledError:
-            await message.nack(requeue=True)
+            await _settle_quietly(message.nack(requeue=True))
             raise
-        except (aio_pika.exceptions.AMQPConnectionError, ConnectionError, OSError):
+        except TRANSIENT_ERRORS:
+            # the broker or Redis went away: the message comes back (redelivered) once the
+            # connection is restored; the task records make the second pass safe
             logger.warning("transient failure; message requeued", exc_info=True)
-            await message.nack(requeue=True)
+            await _settle_quietly(message.nack(requeue=True))
             return
         except Exception:
             # a bug must not stop the router nor lose the task: it goes to a dead letter
@@ -101,10 +114,17 @@ class RouterService:
             )
         else:
             self.handled += 1
-        await message.ack()
+        await _settle_quietly(message.ack())
 
-    async def handle(self, body: bytes, headers: dict[str, Any], routing_key: str) -> None:
-        """Route one body from the router queue."""
+    async def handle(
+        self,
+        body: bytes,
+        headers: dict[str, Any],
+        routing_key: str,
+        *,
+        redelivered: bool = False,
+    ) -> None:
+        """Route one body from the router queue (from ingress, or back from an agent queue)."""
         try:
             envelope = decode(TaskEnvelope, body, max_payload_bytes=self.settings.max_payload_bytes)
         except InvalidEnvelope as exc:
@@ -124,9 +144,62 @@ class RouterService:
                 returned_from,
                 envelope.reroutes,
             )
+            applied = await self.store.advance(
+                envelope.task_id, "rerouting", "routing", by=self.router_id, note=returned_from
+            )
+            if applied is None:
+                # finished meanwhile (a duplicate copy completed): nothing left to do
+                return
+            await self._emit(envelope, applied, {"from_agent": returned_from})
         else:
             envelope = self._stamp(envelope)
+            if not await self._admit(envelope, redelivered):
+                return
         await self.route(envelope, body)
+
+    async def _admit(self, envelope: TaskEnvelope, redelivered: bool) -> bool:
+        """Record a new task; answer or join a duplicate. True when it must be routed."""
+        sub = await self.store.submit(
+            envelope, redelivered=redelivered, states=("submitted", "routing"), by=self.router_id
+        )
+        if sub.status == "new":
+            await self._emit(envelope, ("submitted", "routing"))
+            return True
+        if sub.status == "resume":
+            logger.info(
+                "task_id=%s redelivered in state %s: routing it", envelope.task_id, sub.state
+            )
+            return True
+        self.duplicates += 1
+        if sub.status == "done" and sub.result is not None:
+            logger.info("duplicate task_id=%s answered from its stored result", envelope.task_id)
+            await self._reply(envelope.reply_to, sub.result)
+        else:
+            logger.info(
+                "duplicate task_id=%s in state %s: its caller waits for the same Result",
+                envelope.task_id,
+                sub.state,
+            )
+        return False
+
+    async def _emit(
+        self,
+        envelope: TaskEnvelope,
+        states: Any,
+        data: dict[str, Any] | None = None,
+        agent_id: str | None = None,
+    ) -> None:
+        await emit_states(
+            self.publisher,
+            states,
+            task_id=envelope.task_id,
+            trace_id=envelope.trace_id,
+            agent_id=agent_id,
+            data=data,
+        )
+
+    async def _reply(self, reply_to: str | None, result: Result) -> None:
+        await with_retries(lambda: self.publisher.reply(reply_to, result))
 
     def _stamp(self, envelope: TaskEnvelope) -> TaskEnvelope:
         """Ingress bookkeeping: creation time and an absolute deadline when absent."""
@@ -196,6 +269,14 @@ class RouterService:
     async def dispatch(self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes) -> None:
         expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
         key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
+        # recorded before the publish: a fast worker may claim the task before the confirm
+        # comes back; a router dying in between leaves `dispatched`, which a redelivery
+        # of the ingress message resumes (a second copy is absorbed by the worker's claim)
+        applied = await self.store.advance(
+            envelope.task_id, "dispatched", by=self.router_id, agent_id=choice.agent_id
+        )
+        if applied is None:
+            return
         try:
             await self.publisher.publish_envelope(
                 self.topology.capabilities, key, envelope, expiration_ms=expiration
@@ -210,16 +291,17 @@ class RouterService:
                     "reroutes": envelope.reroutes + 1,
                 }
             )
+            rerouting = await self.store.advance(
+                envelope.task_id, "rerouting", "routing", by=self.router_id, note="unbound"
+            )
+            await self._emit(envelope, rerouting, {"from_agent": choice.agent_id})
             await self.route(rerouted, raw)
             return
-        await self.publisher.emit(
-            Event(
-                type="task.dispatched",
-                trace_id=envelope.trace_id,
-                task_id=envelope.task_id,
-                agent_id=choice.agent_id,
-                data={"route": choice.route.model_dump(), **choice.explain},
-            )
+        await self._emit(
+            envelope,
+            applied,
+            {"route": choice.route.model_dump(), **choice.explain},
+            agent_id=choice.agent_id,
         )
         logger.info(
             "dispatched task_id=%s agent=%s strategy=%s score=%s",
@@ -239,23 +321,28 @@ class RouterService:
         message: str,
         details: dict[str, Any] | None = None,
     ) -> None:
-        """Terminal path: answer the caller and dead-letter the envelope with the reason."""
+        """Terminal path: record the Result, answer every caller, dead-letter with the reason.
+
+        The Result is stored with the task, so a later duplicate of the task_id gets the
+        same answer; every reply_to recorded for the task_id is answered.
+        """
         result = error_result(envelope, status, code, message, details)
-        await self.publisher.reply(envelope.reply_to, result)
+        commit = await self.store.finish(result, status, by=self.router_id, note=code)
+        if commit.status == "done":
+            logger.info("task_id=%s already finished; %s dropped", envelope.task_id, code)
+            return
+        waiters = set(commit.waiters)
+        if envelope.reply_to:
+            waiters.add(envelope.reply_to)
+        for reply_to in sorted(waiters):
+            await self._reply(reply_to, result)
         await self.publisher.dead_letter(
             reason,
             raw,
             details={"code": code, "message": message, **(details or {})},
             task_id=envelope.task_id,
         )
-        await self.publisher.emit(
-            Event(
-                type=f"task.{status}",
-                trace_id=envelope.trace_id,
-                task_id=envelope.task_id,
-                data={"code": code, "message": message},
-            )
-        )
+        await self._emit(envelope, (status,), {"code": code, "message": message})
 
     async def _invalid(self, exc: InvalidEnvelope) -> None:
         reply_to = peek(exc.raw, "reply_to")
@@ -269,7 +356,7 @@ class RouterService:
                     code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
                 ),
             )
-            await self.publisher.reply(reply_to, result)
+            await self._reply(reply_to, result)
         await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
 
     @staticmethod
@@ -277,6 +364,14 @@ class RouterService:
         if envelope.deadline_ms is None:
             return envelope.timeout_ms
         return envelope.deadline_ms - now_ms()
+
+
+async def _settle_quietly(action: Any) -> None:
+    """Ack or nack; on a channel lost meanwhile the broker redelivers, which is what we want."""
+    try:
+        await action
+    except TRANSIENT_ERRORS:
+        logger.info("ack/nack on a lost channel skipped; the message will be redelivered")
 
 
 def require_started(obj: object | None, what: str) -> None:

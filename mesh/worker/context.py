@@ -5,21 +5,32 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from schemas import TaskEnvelope, now_ms
+from mesh.dispatch.store import Holder
+from mesh.errors import StaleFencingToken
+from mesh.results import error_result
+from schemas import Result, TaskEnvelope, now_ms
 
 if TYPE_CHECKING:
     from mesh.worker.runtime import WorkerRuntime
+
+#: a handoff gets at most this share of the time left to the parent's deadline
+HANDOFF_SHARE = 0.5
+#: extra wait beyond a handoff's deadline for its Result to travel back
+HANDOFF_REPLY_MARGIN_S = 2.0
 
 
 class TaskContext:
     """Handed to every handler call next to the task envelope."""
 
-    def __init__(self, runtime: WorkerRuntime, envelope: TaskEnvelope) -> None:
+    def __init__(self, runtime: WorkerRuntime, envelope: TaskEnvelope, holder: Holder) -> None:
         self._runtime = runtime
         self.envelope = envelope
+        self.holder = holder
         self.agent_id = runtime.agent.agent_id
         self.instance_id = runtime.instance_id
-        self.token = runtime.membership.token
+        self.token = holder.token
+        #: the trace's shared context as this hop sees it; `save_context` moves it on
+        self.context_ref = envelope.context_ref
         self.logger = logging.LoggerAdapter(
             logging.getLogger(f"mesh.agent.{self.agent_id}"),
             {"task_id": envelope.task_id, "trace_id": envelope.trace_id},
@@ -52,3 +63,72 @@ class TaskContext:
     async def fence(self) -> None:
         """Raise `StaleFencingToken` if this instance's lease was lost since it took the task."""
         await self._runtime.membership.check(self.token)
+
+    async def apply_once(self, name: str, amount: int = 1) -> bool:
+        """Add `amount` to the side-effect counter `name` at most once for this task.
+
+        Atomic with the fencing check: a worker whose lease lapsed cannot apply it.
+        Returns False when this task already applied it (a rerun after a crash).
+
+        Raises:
+            StaleFencingToken: this instance no longer holds the task's claim.
+        """
+        applied = await self._runtime.store.apply_once(self.task_id, self.holder, name, amount)
+        if applied < 0:
+            raise StaleFencingToken(self.agent_id, self.token, None)
+        return applied == 1
+
+    async def context(self) -> dict[str, Any]:
+        """The trace's shared context at `context_ref` ({} when the task carries none)."""
+        if self.context_ref is None:
+            return {}
+        return await self._runtime.contexts.load(self.context_ref)
+
+    async def save_context(self, data: dict[str, Any]) -> str:
+        """Store `data` as the trace's next context version; later handoffs carry its ref."""
+        self.context_ref = await self._runtime.contexts.save(self.trace_id, data)
+        return self.context_ref
+
+    async def handoff(
+        self,
+        capability: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        target: str | None = None,
+        timeout_ms: int | None = None,
+        **fields: Any,
+    ) -> Result:
+        """Pass work on and wait for its Result: same trace, one more hop, less time.
+
+        The child gets at most half of the time left to this task's deadline (less if
+        `timeout_ms` asks for less), this task as parent, the trajectory extended by this
+        agent and the current `context_ref`. A task with no time left gets an ``expired``
+        Result without publishing anything.
+        """
+        parent = self.envelope
+        budget = int(self.time_left_ms() * HANDOFF_SHARE)
+        if timeout_ms is not None:
+            budget = min(budget, timeout_ms)
+        child = TaskEnvelope(
+            capability=capability,
+            payload=payload or {},
+            trace_id=parent.trace_id,
+            parent_task_id=parent.task_id,
+            hops=parent.hops + 1,
+            max_hops=parent.max_hops,
+            trajectory=[*parent.trajectory, self.agent_id],
+            deadline_ms=now_ms() + budget,
+            timeout_ms=max(100, budget),
+            context_ref=self.context_ref,
+            priority=parent.priority,
+            target=target,
+            source=self.agent_id,
+            **fields,
+        )
+        if budget <= 0:
+            return error_result(
+                child, "expired", "no_time_left", "the parent task had no time left to hand off"
+            )
+        client = await self._runtime.client()
+        self.logger.info("handoff task_id=%s -> %s budget=%dms", child.task_id, target, budget)
+        return await client.send(child, wait_s=budget / 1000.0 + HANDOFF_REPLY_MARGIN_S)

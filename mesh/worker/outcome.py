@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aio_pika.abc import AbstractIncomingMessage
 
+from mesh.dispatch.events import emit_states
+from mesh.dispatch.store import Holder
 from mesh.messaging import envelope_message
 from mesh.results import error_result
-from mesh.topology import DELAY_HEADER
-from schemas import Event, Result, TaskEnvelope
+from mesh.retrying import quietly, with_retries
+from mesh.topology import DELAY_HEADER, DeadReason
+from schemas import Result, TaskEnvelope
 from schemas.codec import encode
 
 if TYPE_CHECKING:
@@ -47,14 +50,23 @@ async def settle(
     envelope: TaskEnvelope,
     outcome: Outcome,
     timings: dict[str, float],
+    holder: Holder,
 ) -> Result | None:
-    """Carry out `outcome`; returns the terminal Result sent to the caller, if any."""
+    """Carry out `outcome` for a task `holder` claimed; returns the Result sent, if any.
+
+    Terminal outcomes are committed with the fencing check (one Lua step); only a commit
+    that succeeds answers the callers, so a stale instance never double-answers.
+    """
     publisher = runtime.publisher
+    store = runtime.store
     topology = runtime.topology
     ids = {"agent_id": runtime.agent.agent_id, "instance_id": runtime.instance_id}
+    by = runtime.instance_id
     if outcome.kind == "reject":
         logger.info("task_id=%s rejected: %s", envelope.task_id, outcome.message)
-        await message.reject(requeue=False)
+        await store.release(envelope.task_id, holder, "rerouting", by=by, note=outcome.message)
+        await _emit(runtime, envelope, "rerouting", {"rejected": outcome.message[:500]})
+        await quietly(message.reject(requeue=False))
         return None
     if outcome.kind == "retry" and envelope.attempt < runtime.settings.max_retries:
         attempt = envelope.attempt + 1
@@ -62,28 +74,34 @@ async def settle(
         delay = _nearest_delay(topology.retry_delays_ms, delay)
         retried = envelope.model_copy(update={"attempt": attempt})
         exchange = await publisher.exchange(topology.retry)
-        await exchange.publish(
-            envelope_message(
-                retried,
-                headers={DELAY_HEADER: str(delay), "x-mesh-last-error": outcome.message[:1000]},
-            ),
-            routing_key=topology.agent_routing_key(runtime.agent.agent_id, envelope.priority),
-            mandatory=False,
-        )
-        await message.ack()
-        await publisher.emit(
-            Event(
-                type="task.retrying",
-                task_id=envelope.task_id,
-                trace_id=envelope.trace_id,
-                **ids,
-                data={"attempt": attempt, "delay_ms": delay, "error": outcome.message[:500]},
+        # the copy goes out (confirmed) before the claim is released and the original
+        # acked: a crash in between leaves a duplicate, which the claim absorbs
+        await with_retries(
+            lambda: exchange.publish(
+                envelope_message(
+                    retried,
+                    headers={
+                        DELAY_HEADER: str(delay),
+                        "x-mesh-last-error": outcome.message[:1000],
+                    },
+                ),
+                routing_key=topology.agent_routing_key(runtime.agent.agent_id, envelope.priority),
+                mandatory=False,
             )
+        )
+        await store.release(envelope.task_id, holder, "retrying", by=by, note=outcome.message)
+        await quietly(message.ack())
+        await _emit(
+            runtime,
+            envelope,
+            "retrying",
+            {"attempt": attempt, "delay_ms": delay, "error": outcome.message[:500]},
         )
         logger.info(
             "task_id=%s retry %d in %d ms: %s", envelope.task_id, attempt, delay, outcome.message
         )
         return None
+    dead: tuple[DeadReason, bytes, dict[str, Any]] | None = None
     if outcome.kind == "completed":
         result = Result(
             task_id=envelope.task_id,
@@ -105,9 +123,7 @@ async def settle(
             timings=timings,
             **ids,
         )
-        await publisher.dead_letter(
-            "retries", encode(envelope), details=details, task_id=envelope.task_id
-        )
+        dead = ("retries", encode(envelope), details)
     elif outcome.kind == "expired":
         result = error_result(
             envelope,
@@ -119,9 +135,7 @@ async def settle(
             **ids,
         )
         if outcome.code == "expired_in_queue":
-            await publisher.dead_letter(
-                "expired", message.body, details=outcome.details, task_id=envelope.task_id
-            )
+            dead = ("expired", message.body, outcome.details)
     else:
         result = error_result(
             envelope,
@@ -132,9 +146,44 @@ async def settle(
             timings=timings,
             **ids,
         )
-    await runtime.deliver(envelope, result)
-    await message.ack()
+    commit = await store.finish(
+        result,
+        result.status,
+        by=by,
+        holder=holder,
+        note=result.error.code if result.error else "",
+        agent_id=runtime.agent.agent_id,
+    )
+    if commit.status == "stale":
+        # our lease lapsed and the claim may be someone else's: hand the message back; the
+        # next claim decides (a live holder finishes it, a done task is not run again)
+        logger.warning("task_id=%s: result refused (stale token); requeued", envelope.task_id)
+        await quietly(message.nack(requeue=True))
+        return None
+    if commit.status != "ok":
+        logger.info("task_id=%s: result not stored (%s)", envelope.task_id, commit.status)
+        await quietly(message.ack())
+        return None
+    if dead is not None:
+        reason, body, details = dead
+        await publisher.dead_letter(reason, body, details=details, task_id=envelope.task_id)
+    await runtime.deliver(envelope, result, commit.waiters)
+    await quietly(message.ack())
     return result
+
+
+async def _emit(
+    runtime: WorkerRuntime, envelope: TaskEnvelope, state: str, data: dict[str, Any]
+) -> None:
+    await emit_states(
+        runtime.publisher,
+        (state,),
+        task_id=envelope.task_id,
+        trace_id=envelope.trace_id,
+        agent_id=runtime.agent.agent_id,
+        instance_id=runtime.instance_id,
+        data=data,
+    )
 
 
 def _nearest_delay(delays: tuple[int, ...], wanted: int) -> int:

@@ -1,5 +1,9 @@
 """`WorkerRuntime`: runs an `Agent` as a queue worker on its agent queue.
 
+Per delivery: decode -> claim the task_id under this instance's fencing token (a duplicate
+or a finished task is not run again) -> check the deadline -> run the handler, cancelled at
+min(deadline, max task lifetime) -> `outcome.settle` (fenced commit, replies, ack).
+
 Shutdown order (habit 10): stop consuming (heartbeats keep flowing) -> await in-flight
 tasks, cancel stragglers -> result write + ack under `shield` -> deregister -> close.
 """
@@ -9,21 +13,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.connection import MeshConnection
+from mesh.dispatch.context import ContextStore
+from mesh.dispatch.events import emit_states
+from mesh.dispatch.store import Holder, TaskStore
 from mesh.errors import Reject, Retry
 from mesh.messaging import Publisher
+from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
+from mesh.retrying import quietly, with_retries
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.membership import Membership, StaticMembership
 from mesh.worker.outcome import TRANSIENT_ERRORS, Outcome, settle
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms
 
+if TYPE_CHECKING:
+    from mesh.client import MeshClient
+
 logger = logging.getLogger(__name__)
+
+#: a trace visiting the same agent more often than this raises `alert.loop`
+LOOP_VISITS = 2
 
 
 class WorkerRuntime:
@@ -44,33 +59,61 @@ class WorkerRuntime:
         self.instance_id = instance_id or f"{agent.agent_id}-{new_id()[:12]}"
         self.membership: Membership = membership or StaticMembership(agent.agent_id)
         self.publisher = Publisher(conn)
-        self._channel: AbstractChannel | None = None
+        self.store = TaskStore(conn.redis, conn.keys, conn.settings)
+        self.contexts = ContextStore(conn.redis, conn.keys, conn.settings.context_ttl_s)
+        self._channels: list[AbstractChannel] = []
         self._consumers: list[tuple[AbstractQueue, str]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: task_id -> the local run, so a redelivery of a running task waits for it
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._client: MeshClient | None = None
+        self._client_lock = asyncio.Lock()
         self._idle = asyncio.Event()
         self._idle.set()
         self.completed = 0
+        self.executed = 0
 
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
 
+    def holder(self) -> Holder:
+        """This instance as a claim holder, with its current fencing token."""
+        fenced = not isinstance(self.membership, StaticMembership)
+        return Holder(self.instance_id, self.membership.token, fenced)
+
     async def start(self) -> None:
         """Declare the agent's queue, register, and start consuming."""
-        handler = self.agent.require_handler()
-        del handler
+        self.agent.require_handler()
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         await self.topology.declare(
             self.publisher.channel, self.topology.agent_spec(self.agent.agent_id)
         )
         await self.membership.start(lambda: self.in_flight)
-        self._channel = await self.conn.channel(confirms=False, prefetch=self.agent.max_concurrency)
-        for name, _weight in self.topology.agent_queues(self.agent.agent_id):
-            queue = await self._channel.get_queue(name, ensure=False)
+        queues = self.topology.agent_queues(self.agent.agent_id)
+        total = sum(weight for _, weight in queues)
+        for name, weight in queues:
+            # quorum bands: one channel each, prefetch in proportion to the band's weight,
+            # so a backlog drains high:normal:low at 5:3:1 (seed 002 section 7.3)
+            share = max(1, round(self.agent.max_concurrency * weight / total))
+            channel = await self.conn.channel(confirms=False, prefetch=share)
+            self._channels.append(channel)
+            queue = await channel.get_queue(name, ensure=False)
             tag = await queue.consume(self._on_message)
             self._consumers.append((queue, tag))
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
+
+    async def client(self) -> MeshClient:
+        """The reply queue this worker waits on for handoff Results (opened on first use)."""
+        from mesh.client import MeshClient
+
+        async with self._client_lock:
+            if self._client is None:
+                client = MeshClient(self.conn, client_id=self.instance_id)
+                await client.start()
+                self._client = client
+            return self._client
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         task = asyncio.create_task(self._run(message))
@@ -86,15 +129,70 @@ class WorkerRuntime:
             logger.critical("worker task crashed", exc_info=task.exception())
 
     async def _run(self, message: AbstractIncomingMessage) -> None:
-        received = time.monotonic()
         try:
             envelope = decode(
                 TaskEnvelope, message.body, max_payload_bytes=self.settings.max_payload_bytes
             )
         except InvalidEnvelope as exc:
             await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
-            await message.ack()
+            await quietly(message.ack())
             return
+        running = self._running.get(envelope.task_id)
+        if running is not None:
+            # redelivered while still running here (a reconnect): settle it with the run
+            await asyncio.wait({running})
+            await quietly(message.ack())
+            return
+        current = asyncio.current_task()
+        assert current is not None
+        self._running[envelope.task_id] = current
+        try:
+            await self._claimed_run(message, envelope)
+        except OUTAGE_ERRORS:
+            logger.warning(
+                "task_id=%s: transient failure; requeued", envelope.task_id, exc_info=True
+            )
+            await quietly(message.nack(requeue=True))
+        finally:
+            self._running.pop(envelope.task_id, None)
+
+    async def _claimed_run(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
+        received = time.monotonic()
+        holder = self.holder()
+        lifetime_ms = int(self.settings.max_task_lifetime_s * 1000)
+        claim = await self.store.claim(
+            envelope,
+            holder,
+            agent_id=self.agent.agent_id,
+            redelivered=bool(message.redelivered),
+            lifetime_end_ms=now_ms() + lifetime_ms,
+        )
+        if claim.status == "done":
+            logger.info("task_id=%s already done; not run again", envelope.task_id)
+            if not claim.replied and claim.result is not None:
+                # the first run committed but died before replying
+                await self._reply_all(envelope, claim.result, ())
+            await quietly(message.ack())
+            return
+        if claim.status == "stale":
+            logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
+            await quietly(message.nack(requeue=True))
+            return
+        if claim.status != "claimed":
+            logger.info("task_id=%s not run: %s %s", envelope.task_id, claim.status, claim.detail)
+            await quietly(message.ack())
+            return
+        await emit_states(
+            self.publisher,
+            ("accepted", "processing"),
+            task_id=envelope.task_id,
+            trace_id=envelope.trace_id,
+            agent_id=self.agent.agent_id,
+            instance_id=self.instance_id,
+            data={"takeover": claim.takeover, "attempt": envelope.attempt},
+        )
+        if not claim.takeover and envelope.attempt == 0:
+            await self._count_visit(envelope)
         left = self._time_left_ms(envelope)
         if left <= 0:
             outcome = Outcome(
@@ -103,23 +201,63 @@ class WorkerRuntime:
                 message="the task's deadline passed while it waited in the queue; not executed",
                 details={"deadline_ms": envelope.deadline_ms},
             )
-            await asyncio.shield(settle(self, message, envelope, outcome, {}))
+            await asyncio.shield(settle(self, message, envelope, outcome, {}, holder))
             return
-        outcome = await self._execute(envelope, left)
+        outcome = await self._execute(envelope, left, lifetime_ms, holder)
         timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
-        await asyncio.shield(settle(self, message, envelope, outcome, timings))
+        await asyncio.shield(settle(self, message, envelope, outcome, timings, holder))
 
-    async def _execute(self, envelope: TaskEnvelope, left_ms: int) -> Outcome:
+    async def _count_visit(self, envelope: TaskEnvelope) -> None:
+        """Loop detection: the same trace on the same agent more than twice is an alert."""
+        key = self.conn.keys.trace_visits(envelope.trace_id)
+        visits = int(await self.conn.redis.hincrby(key, self.agent.agent_id, 1))
+        await self.conn.redis.expire(key, self.settings.idempotency_ttl_s)
+        if visits > LOOP_VISITS:
+            logger.warning(
+                "loop: trace_id=%s visited agent=%s %d times",
+                envelope.trace_id,
+                self.agent.agent_id,
+                visits,
+            )
+            await self.publisher.emit(
+                Event(
+                    type="alert.loop",
+                    trace_id=envelope.trace_id,
+                    task_id=envelope.task_id,
+                    agent_id=self.agent.agent_id,
+                    instance_id=self.instance_id,
+                    data={
+                        "visits": visits,
+                        "trajectory": [*envelope.trajectory, self.agent.agent_id],
+                        "hops": envelope.hops,
+                    },
+                )
+            )
+
+    async def _execute(
+        self, envelope: TaskEnvelope, left_ms: int, lifetime_ms: int, holder: Holder
+    ) -> Outcome:
         handler = self.agent.require_handler()
-        ctx = TaskContext(self, envelope)
+        ctx = TaskContext(self, envelope, holder)
+        limit_ms = min(left_ms, lifetime_ms)
+        self.executed += 1
         try:
-            async with asyncio.timeout(left_ms / 1000.0):
+            async with asyncio.timeout(limit_ms / 1000.0) as scope:
                 output = await handler(envelope, ctx)
         except Retry as exc:
             return Outcome("retry", message=exc.reason, delay_ms=exc.delay_ms)
         except Reject as exc:
             return Outcome("reject", message=exc.reason)
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not scope.expired():
+                return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
+            if limit_ms < left_ms:
+                return Outcome(
+                    "failed",
+                    code="lifetime_exceeded",
+                    message="cancelled after max_task_lifetime_s="
+                    f"{self.settings.max_task_lifetime_s}",
+                )
             return Outcome(
                 "expired",
                 code="deadline_passed",
@@ -138,9 +276,21 @@ class WorkerRuntime:
             )
         return Outcome("completed", output=output)
 
-    async def deliver(self, envelope: TaskEnvelope, result: Result) -> None:
-        """Send the terminal Result of a task to its caller and record the event."""
-        await self.publisher.reply(envelope.reply_to, result)
+    async def _reply_all(self, envelope: TaskEnvelope, result: Result, waiters: Any) -> None:
+        """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
+        targets = set(waiters)
+        if envelope.reply_to:
+            targets.add(envelope.reply_to)
+        for reply_to in sorted(targets):
+            await self._reply(reply_to, result)
+        await self.store.mark_replied(envelope.task_id)
+
+    async def _reply(self, reply_to: str, result: Result) -> None:
+        await with_retries(lambda: self.publisher.reply(reply_to, result))
+
+    async def deliver(self, envelope: TaskEnvelope, result: Result, waiters: Any = ()) -> None:
+        """Send the terminal Result of a task to its callers and record the event."""
+        await self._reply_all(envelope, result, waiters)
         if result.status == "completed":
             self.completed += 1
         await self.publisher.emit(
@@ -183,7 +333,11 @@ class WorkerRuntime:
         await self.close()
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+        channels, self._channels = self._channels, []
+        for channel in channels:
+            if not channel.is_closed:
+                await channel.close()
         await self.publisher.close()

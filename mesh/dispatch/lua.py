@@ -1,0 +1,192 @@
+"""The Lua scripts behind task state, claims and result commits (one atomic step each).
+
+Every script starts with `FENCE_LUA` (``fence_ok``) and the transition table generated from
+`mesh.dispatch.states.TRANSITIONS`, so a commit checks the fencing token, moves the state
+and stores the result in one step: a stale token can never commit.
+
+Shared helper ``advance(task, hist, states, by, note, agent)`` applies a path of states all
+or nothing (first step skipped when already there), appends one history entry per step and
+returns ``(true, applied)`` or ``(false, current)``.
+"""
+
+from __future__ import annotations
+
+from mesh.dispatch.states import TERMINAL, lua_table
+from mesh.registry.fencing import FENCE_LUA
+
+_TERMINAL = "{" + ", ".join(f'["{s}"]=true' for s in sorted(TERMINAL)) + "}"
+
+PRELUDE = (
+    FENCE_LUA
+    + f"""
+local ALLOWED = {lua_table()}
+local TERMINAL = {_TERMINAL}
+local function advance(task, hist, states, by, note, agent, ttl)
+  local cur = redis.call('HGET', task, 'state') or ''
+  local state = cur
+  local applied = {{}}
+  for i, to in ipairs(states) do
+    if not (i == 1 and to == state) then
+      if ALLOWED[state] == nil or ALLOWED[state][to] == nil then return false, cur end
+      state = to
+      applied[#applied + 1] = to
+    end
+  end
+  local now = redis_now_ms()
+  for _, to in ipairs(applied) do
+    redis.call('RPUSH', hist, cjson.encode({{state=to, ts_ms=now, by=by, note=note}}))
+  end
+  if #applied > 0 then
+    redis.call('HSET', task, 'state', state, 'updated_ms', now)
+    if cur == '' then redis.call('HSET', task, 'created_ms', now) end
+  end
+  if agent ~= '' then redis.call('HSET', task, 'agent_id', agent) end
+  redis.call('PEXPIRE', task, ttl)
+  redis.call('PEXPIRE', hist, ttl)
+  return true, applied
+end
+local function tail(from)
+  local out = {{}}
+  for i = from, #ARGV do out[#out + 1] = ARGV[i] end
+  return out
+end
+local function holder_alive(prefix, idem, redelivered)
+  local h = redis.call('HMGET', idem, 'holder', 'token', 'fenced')
+  if h[1] == false or h[1] == '' then return false, nil end
+  if h[3] == '1' then return fence_ok(prefix .. h[1], h[2]), h end
+  -- a holder without a lease (no registry): only the broker's redelivery says it is gone
+  return redelivered ~= '1', h
+end
+"""
+)
+
+#: KEYS task, hist. ARGV ttl_ms, by, note, agent, states... -> {1, applied...} | {0, current}
+ADVANCE = (
+    PRELUDE
+    + """
+local ok, r = advance(KEYS[1], KEYS[2], tail(5), ARGV[2], ARGV[3], ARGV[4], ARGV[1])
+if not ok then return {0, r} end
+local out = {1}
+for _, s in ipairs(r) do out[#out + 1] = s end
+return out
+"""
+)
+
+#: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, states...
+#: -> {'new'} | {'done', result} | {'pending', state} | {'resume', state}
+SUBMIT = (
+    PRELUDE
+    + """
+local ttl = ARGV[1]
+local state = redis.call('HGET', KEYS[1], 'state')
+if state then
+  local result = redis.call('HGET', KEYS[4], 'result')
+  if result then return {'done', result} end
+  if ARGV[3] ~= '' then
+    redis.call('SADD', KEYS[3], ARGV[3])
+    redis.call('PEXPIRE', KEYS[3], ttl)
+  end
+  local early = state == 'submitted' or state == 'routing' or state == 'dispatched'
+  if ARGV[4] == '1' and early then
+    return {'resume', state}
+  end
+  return {'pending', state}
+end
+local ok, r = advance(KEYS[1], KEYS[2], tail(6), ARGV[2], 'ingress', '', ttl)
+if not ok then return {'refused', r} end
+redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
+if ARGV[3] ~= '' then
+  redis.call('SADD', KEYS[3], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return {'new'}
+"""
+)
+
+#: KEYS idem, task, hist, processing. ARGV ttl_ms, instance_prefix, me, token, fenced,
+#: redelivered, lifetime_end_ms, agent_id
+#: -> {'claimed', takeover} | {'done', result, replied} | {'busy', holder}
+#:    | {'stale'} | {'refused', state}
+CLAIM = (
+    PRELUDE
+    + """
+local ttl, prefix, me, token, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then return {'done', result, redis.call('HGET', KEYS[1], 'replied') or '0'} end
+if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
+local alive, h = holder_alive(prefix, KEYS[1], ARGV[6])
+local takeover = '0'
+if h ~= nil then
+  -- our own claim with no local run left (a reconnect redelivered it): run it again
+  if alive and not (h[1] == me and h[2] == token) then return {'busy', h[1]} end
+  takeover = '1'
+end
+local note = takeover == '1' and 'takeover' or ''
+local ok, r = advance(KEYS[2], KEYS[3], {'accepted', 'processing'}, me, note, ARGV[8], ttl)
+if not ok then return {'refused', r} end
+redis.call('HSET', KEYS[1], 'holder', me, 'token', token, 'fenced', fenced,
+  'claimed_ms', redis_now_ms())
+redis.call('HINCRBY', KEYS[1], 'claims', 1)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[4], ARGV[7], KEYS[2])
+return {'claimed', takeover}
+"""
+)
+
+#: KEYS idem, task, hist, waiters, processing. ARGV ttl_ms, instance_prefix, me ('' = the
+#: mesh itself: router, reaper), token, fenced, result_json, by, note, agent, states...
+#: -> {'ok', waiter...} | {'done', result} | {'stale'} | {'refused', state}
+FINISH = (
+    PRELUDE
+    + """
+local ttl, prefix, me, token, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local result = redis.call('HGET', KEYS[1], 'result')
+if result then return {'done', result} end
+if me ~= '' then
+  local h = redis.call('HMGET', KEYS[1], 'holder', 'token')
+  if h[1] ~= me or h[2] ~= token then return {'stale'} end
+  if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
+end
+local ok, r = advance(KEYS[2], KEYS[3], tail(10), ARGV[7], ARGV[8], ARGV[9], ttl)
+if not ok then return {'refused', r} end
+redis.call('HSET', KEYS[1], 'result', ARGV[6], 'finished_ms', redis_now_ms())
+redis.call('HDEL', KEYS[1], 'holder')
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZREM', KEYS[5], KEYS[2])
+local out = {'ok'}
+for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = w end
+return out
+"""
+)
+
+#: KEYS idem, task, hist, processing. ARGV ttl_ms, me, token, by, note, states...
+#: Hand a claimed task back (retry, reject): the next delivery claims it afresh.
+#: -> {'ok'} | {'stale'} | {'refused', state}
+RELEASE = (
+    PRELUDE
+    + """
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token')
+if h[1] ~= ARGV[2] or h[2] ~= ARGV[3] then return {'stale'} end
+local ok, r = advance(KEYS[2], KEYS[3], tail(6), ARGV[4], ARGV[5], '', ARGV[1])
+if not ok then return {'refused', r} end
+redis.call('HDEL', KEYS[1], 'holder', 'token', 'fenced')
+redis.call('ZREM', KEYS[4], KEYS[2])
+return {'ok'}
+"""
+)
+
+#: KEYS idem, done_marker, counter. ARGV ttl_ms, instance_prefix, me, token, fenced, amount
+#: -> 1 applied | 0 already applied by this task | -1 stale token (refused)
+APPLY_ONCE = (
+    PRELUDE
+    + """
+local h = redis.call('HMGET', KEYS[1], 'holder', 'token')
+if h[1] ~= ARGV[3] or h[2] ~= ARGV[4] then return -1 end
+if ARGV[5] == '1' and not fence_ok(ARGV[2] .. ARGV[3], ARGV[4]) then return -1 end
+if redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[1]) == false then return 0 end
+redis.call('INCRBY', KEYS[3], ARGV[6])
+return 1
+"""
+)
+
+__all__ = ["ADVANCE", "APPLY_ONCE", "CLAIM", "FINISH", "RELEASE", "SUBMIT"]

@@ -1,0 +1,283 @@
+"""`TaskStore`: task state, claims and stored results in Redis, one Lua script per step.
+
+Layout (keys from `mesh.keys.Keys`): ``task(id)`` hash (state, trace_id, agent_id, times),
+``task_history(id)`` list of ``{state, ts_ms, by, note}``, ``task_waiters(id)`` set of every
+reply_to recorded for the task_id, ``idem(id)`` hash (claim holder, token, the stored
+result), ``processing()`` zset of claimed tasks by the end of their maximum lifetime.
+Everything expires after ``settings.idempotency_ttl_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mesh.config import Settings
+from mesh.dispatch import lua
+from mesh.keys import Keys
+from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
+from schemas.codec import loads
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who claims a task: an instance, its fencing token, and whether it holds a lease."""
+
+    instance_id: str
+    token: int
+    #: False for a worker without a registry session: no lease to check
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What the router learns when it records a task from the ingress queue."""
+
+    status: Literal["new", "done", "pending", "resume", "refused"]
+    state: str = ""
+    result: Result | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a worker learns when it claims a delivered task."""
+
+    status: Literal["claimed", "done", "busy", "stale", "refused"]
+    takeover: bool = False
+    result: Result | None = None
+    replied: bool = False
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The answer to a result commit: ``ok`` with every reply_to to answer, or why not."""
+
+    status: Literal["ok", "done", "stale", "refused"]
+    waiters: tuple[str, ...] = ()
+    result: Result | None = None
+    detail: str = ""
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _result(raw: Any) -> Result | None:
+    try:
+        return decode(Result, raw if isinstance(raw, bytes) else str(raw).encode())
+    except InvalidEnvelope:
+        logger.error("stored result does not decode: %r", raw[:200])
+        return None
+
+
+class TaskStore:
+    """The dispatch records of one namespace. Cheap to build; holds no connection itself."""
+
+    def __init__(self, redis: Any, keys: Keys, settings: Settings) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_ms = settings.idempotency_ttl_s * 1000
+        self._advance = redis.register_script(lua.ADVANCE)
+        self._submit = redis.register_script(lua.SUBMIT)
+        self._claim = redis.register_script(lua.CLAIM)
+        self._finish = redis.register_script(lua.FINISH)
+        self._release = redis.register_script(lua.RELEASE)
+        self._apply_once = redis.register_script(lua.APPLY_ONCE)
+
+    def _task_keys(self, task_id: str) -> list[str]:
+        return [self.keys.task(task_id), self.keys.task_history(task_id)]
+
+    async def submit(
+        self, envelope: TaskEnvelope, *, redelivered: bool, states: Sequence[str], by: str
+    ) -> Submission:
+        """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
+
+        A duplicate's reply_to joins the task's waiters; ``resume`` means a redelivered
+        message whose first router died before dispatching it.
+        """
+        k = self.keys
+        reply = await self._submit(
+            keys=[
+                *self._task_keys(envelope.task_id),
+                k.task_waiters(envelope.task_id),
+                k.idem(envelope.task_id),
+            ],
+            args=[
+                self.ttl_ms,
+                by,
+                envelope.reply_to or "",
+                "1" if redelivered else "0",
+                envelope.trace_id,
+                *states,
+            ],
+        )
+        status = _s(reply[0])
+        if status == "done":
+            return Submission("done", result=_result(reply[1]))
+        if status in {"pending", "resume", "refused"}:
+            return Submission(status, state=_s(reply[1]))  # type: ignore[arg-type]
+        return Submission("new")
+
+    async def advance(
+        self, task_id: str, *states: str, by: str, note: str = "", agent_id: str = ""
+    ) -> list[str] | None:
+        """Follow `states` (all or nothing); the states applied, or None when refused."""
+        reply = await self._advance(
+            keys=self._task_keys(task_id),
+            args=[self.ttl_ms, by, note[:500], agent_id, *states],
+        )
+        if int(reply[0]) != 1:
+            logger.info(
+                "task_id=%s: transition %s refused from state %r", task_id, states, _s(reply[1])
+            )
+            return None
+        return [_s(s) for s in reply[1:]]
+
+    async def claim(
+        self,
+        envelope: TaskEnvelope,
+        holder: Holder,
+        *,
+        agent_id: str,
+        redelivered: bool,
+        lifetime_end_ms: int,
+    ) -> Claim:
+        """Claim a task before running it (atomic with its move to ``processing``)."""
+        k = self.keys
+        reply = await self._claim(
+            keys=[
+                k.idem(envelope.task_id),
+                *self._task_keys(envelope.task_id),
+                k.processing(),
+            ],
+            args=[
+                self.ttl_ms,
+                k.instance_prefix(),
+                holder.instance_id,
+                holder.token,
+                "1" if holder.fenced else "0",
+                "1" if redelivered else "0",
+                lifetime_end_ms,
+                agent_id,
+            ],
+        )
+        status = _s(reply[0])
+        if status == "claimed":
+            return Claim("claimed", takeover=_s(reply[1]) == "1")
+        if status == "done":
+            return Claim("done", result=_result(reply[1]), replied=_s(reply[2]) == "1")
+        detail = _s(reply[1]) if len(reply) > 1 else ""
+        return Claim(status, detail=detail)  # type: ignore[arg-type]
+
+    async def finish(
+        self,
+        result: Result,
+        *states: str,
+        by: str,
+        holder: Holder | None = None,
+        note: str = "",
+        agent_id: str = "",
+    ) -> Commit:
+        """Store the terminal Result and move to its state; fenced when `holder` is given.
+
+        Returns every reply_to recorded for the task (``ok``), or the Result stored before
+        (``done``), or ``stale`` when `holder` no longer holds the claim or its lease.
+        """
+        k = self.keys
+        task_id = result.task_id
+        reply = await self._finish(
+            keys=[
+                k.idem(task_id),
+                *self._task_keys(task_id),
+                k.task_waiters(task_id),
+                k.processing(),
+            ],
+            args=[
+                self.ttl_ms,
+                k.instance_prefix(),
+                holder.instance_id if holder else "",
+                holder.token if holder else 0,
+                "1" if holder is not None and holder.fenced else "0",
+                encode(result),
+                by,
+                note[:500],
+                agent_id,
+                *states,
+            ],
+        )
+        status = _s(reply[0])
+        if status == "ok":
+            return Commit("ok", waiters=tuple(_s(w) for w in reply[1:]))
+        if status == "done":
+            return Commit("done", result=_result(reply[1]))
+        detail = _s(reply[1]) if len(reply) > 1 else ""
+        logger.warning("task_id=%s: commit %s %s by %s", task_id, status, detail, by)
+        return Commit(status, detail=detail)  # type: ignore[arg-type]
+
+    async def release(
+        self, task_id: str, holder: Holder, *states: str, by: str, note: str = ""
+    ) -> str:
+        """Give a claim back (retry, reject) while moving to `states`; ``ok`` or why not."""
+        k = self.keys
+        reply = await self._release(
+            keys=[k.idem(task_id), *self._task_keys(task_id), k.processing()],
+            args=[self.ttl_ms, holder.instance_id, holder.token, by, note[:500], *states],
+        )
+        return _s(reply[0])
+
+    async def apply_once(self, task_id: str, holder: Holder, name: str, amount: int = 1) -> int:
+        """Add `amount` to the side-effect counter `name`, once per task, under the fence.
+
+        Returns 1 (applied), 0 (this task applied it before) or -1 (stale token: refused).
+        """
+        k = self.keys
+        return int(
+            await self._apply_once(
+                keys=[k.idem(task_id), k.effect_done(task_id, name), k.side_effect(name)],
+                args=[
+                    self.ttl_ms,
+                    k.instance_prefix(),
+                    holder.instance_id,
+                    holder.token,
+                    "1" if holder.fenced else "0",
+                    amount,
+                ],
+            )
+        )
+
+    async def mark_replied(self, task_id: str) -> None:
+        await self.redis.hset(self.keys.idem(task_id), "replied", "1")
+
+    async def stored_result(self, task_id: str) -> Result | None:
+        raw = await self.redis.hget(self.keys.idem(task_id), "result")
+        return None if raw is None else _result(raw)
+
+    async def state(self, task_id: str) -> dict[str, str]:
+        """The task hash (state, trace_id, agent_id, created_ms, updated_ms); {} if unknown."""
+        raw = await self.redis.hgetall(self.keys.task(task_id))
+        return {_s(a): _s(b) for a, b in raw.items()}
+
+    async def history(self, task_id: str) -> list[dict[str, Any]]:
+        """Every transition of the task, oldest first."""
+        rows = await self.redis.lrange(self.keys.task_history(task_id), 0, -1)
+        return [loads(row) for row in rows]
+
+    async def overdue(self, now_ms: int, limit: int = 100) -> list[str]:
+        """task_ids claimed longer ago than the maximum task lifetime."""
+        prefix = self.keys.task("")
+        members = await self.redis.zrangebyscore(
+            self.keys.processing(), 0, now_ms, start=0, num=limit
+        )
+        return [_s(m)[len(prefix) :] for m in members]
+
+    async def holder_of(self, task_id: str) -> dict[str, str]:
+        raw = await self.redis.hgetall(self.keys.idem(task_id))
+        return {_s(a): _s(b) for a, b in raw.items() if a != b"result"}
+
+
+__all__ = ["Claim", "Commit", "Holder", "Submission", "TaskStore"]
