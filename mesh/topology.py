@@ -180,6 +180,14 @@ class Topology:
         """Control routing key reaching every instance of `agent_id`."""
         return f"agent.{agent_id}"
 
+    def session_queue(self, instance_id: str) -> str:
+        """Exclusive queue of one instance's registry session (acks, lease-lost notices)."""
+        return f"{self.namespace}.session.{instance_id}"
+
+    def snapshot_queue(self, snapshot_id: str) -> str:
+        """Exclusive, auto-delete queue of one agent snapshot (a router's `agent.*` feed)."""
+        return f"{self.namespace}.snapshot.{snapshot_id}"
+
     def retry_queue(self, delay_ms: int) -> str:
         return f"{self.namespace}.retry.{delay_ms}"
 

@@ -1,0 +1,368 @@
+"""`RegistryService`: the consumer of the registry queue (register, heartbeat, deregister).
+
+All state is in Redis (`mesh.registry.lease`), so any number of registries may consume the
+queue and a restarted one carries on where the last stopped. What a registry does:
+
+- ``register`` / ``register.a2a``: grant a lease and a new fencing token, publish
+  ``agent.up``, answer `RegistrationAck` to ``reply_to``.
+- ``heartbeat``: queued and applied in batches (one Lua call per batch window), because
+  heartbeats are most of the traffic. A heartbeat whose lease is gone (unknown instance,
+  other token, down, or lapsed) is answered ``lease.lost`` on its ``reply_to``: the session
+  re-registers. Renewals are published in bulk as ``agent.leases`` events.
+- ``deregister``: down at once, ``agent.down`` with reason ``deregistered``.
+- a sweep every ``sweep_interval_s`` claims lapsed leases and publishes ``agent.down``
+  (reason ``lease_expired``); the claim is atomic, so only one registry reports each.
+
+The queue is consumed without acks: a registration lost with a crashing registry is
+retried by its session, a lost heartbeat is superseded by the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from mesh.connection import MeshConnection
+from mesh.errors import NotStarted
+from mesh.messaging import Publisher
+from mesh.registry import protocol
+from mesh.registry.agent_card import registration_from_card
+from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
+from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
+from schemas import (
+    Deregistration,
+    Heartbeat,
+    InvalidEnvelope,
+    Registration,
+    RegistrationAck,
+    decode,
+    encode,
+    new_id,
+)
+from schemas.codec import dumps, loads
+from schemas.result import FieldProblem
+
+logger = logging.getLogger(__name__)
+
+#: errors a registry survives (logged; the next message or tick tries again)
+TRANSIENT = (RedisError, aio_pika.exceptions.AMQPError, ConnectionError, OSError)
+
+
+class RegistryService:
+    """One registry process. ``await start()``; ``await close()`` (idempotent)."""
+
+    def __init__(
+        self, conn: MeshConnection, *, batch_window_s: float = 0.02, max_batch: int = 500
+    ) -> None:
+        self.conn = conn
+        self.settings = conn.settings
+        self.topology = conn.topology
+        self.registry_id = new_id()[:8]
+        #: heartbeats are held this long so one Lua call renews many leases
+        self.batch_window_s = batch_window_s
+        self.max_batch = max_batch
+        #: renewals are published as one ``agent.leases`` event this often
+        self.lease_event_s = max(
+            self.settings.sweep_interval_s, min(1.0, self.settings.heartbeat_s / 2)
+        )
+        self.publisher = Publisher(conn)
+        self._store: LeaseStore | None = None
+        self._channel: AbstractChannel | None = None
+        self._consumer: tuple[AbstractQueue, str] | None = None
+        self._beats: list[tuple[Beat, str | None]] = []
+        self._beats_ready = asyncio.Event()
+        self._renewed: dict[str, LeaseRow] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        #: counters, for `mesh registry -v` logs and the benchmark
+        self.stats = {"registered": 0, "heartbeats": 0, "lost": 0, "down": 0, "batches": 0}
+
+    @property
+    def store(self) -> LeaseStore:
+        if self._store is None:
+            raise NotStarted("RegistryService.start() was not awaited")
+        return self._store
+
+    async def start(self) -> None:
+        """Declare the topology, start consuming, start the sweep."""
+        if self._store is not None:
+            return
+        await self.publisher.start()
+        await self.topology.declare(self.publisher.channel)
+        self._store = LeaseStore(self.conn.redis, self.conn.keys, self.settings.lease_ttl_s)
+        self._channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
+        queue = await self._channel.get_queue(self.topology.registry, ensure=False)
+        tag = await queue.consume(self._on_message, no_ack=True)
+        self._consumer = (queue, tag)
+        self._tasks = [
+            asyncio.create_task(self._flush_loop(), name=f"registry-{self.registry_id}-beats"),
+            asyncio.create_task(self._sweep_loop(), name=f"registry-{self.registry_id}-sweep"),
+        ]
+        logger.info(
+            "registry %s consuming %s (lease_ttl_s=%s)",
+            self.registry_id,
+            self.topology.registry,
+            self.settings.lease_ttl_s,
+        )
+
+    # --- messages ------------------------------------------------------------------------
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        kind = message.type
+        try:
+            if kind == protocol.HEARTBEAT:
+                self._on_heartbeat(message)
+            elif kind in (protocol.REGISTER, protocol.REGISTER_A2A):
+                await self._on_register(message)
+            elif kind == protocol.DEREGISTER:
+                await self._on_deregister(message)
+            else:
+                await self.publisher.dead_letter(
+                    "invalid",
+                    message.body,
+                    details={"errors": [{"loc": "(type)", "msg": f"unknown type {kind!r}"}]},
+                )
+        except TRANSIENT:
+            logger.warning("registry %s: %s message not handled", self.registry_id, kind,
+                           exc_info=True)
+
+    def _on_heartbeat(self, message: AbstractIncomingMessage) -> None:
+        try:
+            hb = Heartbeat.model_validate_json(message.body)
+        except ValidationError:
+            logger.warning("registry %s: invalid heartbeat dropped", self.registry_id)
+            return
+        beat = Beat(hb.agent_id, hb.instance_id, hb.token, hb.in_flight, hb.max_concurrency)
+        self._beats.append((beat, message.reply_to))
+        self._beats_ready.set()
+
+    async def _on_register(self, message: AbstractIncomingMessage) -> None:
+        try:
+            registration = self._registration(message)
+        except InvalidEnvelope as exc:
+            await self._reply(
+                message,
+                protocol.ERROR,
+                dumps({"code": "invalid_registration", "message": str(exc),
+                       "details": exc.as_details()}),
+            )
+            await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+            return
+        grant = await self.store.grant(registration)
+        self.stats["registered"] += 1
+        await self.publisher.emit(
+            up_event(registration, grant.token, grant.now_ms, grant.lease_expires_ms)
+        )
+        ack = RegistrationAck(
+            agent_id=registration.agent_id,
+            instance_id=registration.instance_id,
+            token=grant.token,
+            lease_ttl_s=self.settings.lease_ttl_s,
+            heartbeat_s=self.settings.heartbeat_s,
+        )
+        await self._reply(message, protocol.ACK, encode(ack))
+        logger.info(
+            "registered agent=%s instance=%s token=%d",
+            registration.agent_id,
+            registration.instance_id,
+            grant.token,
+        )
+
+    def _registration(self, message: AbstractIncomingMessage) -> Registration:
+        body = message.body
+        if message.type == protocol.REGISTER:
+            return decode(Registration, body, max_payload_bytes=self.settings.max_payload_bytes)
+        headers = message.headers or {}
+        instance_id = headers.get(protocol.INSTANCE_HEADER)
+        if not isinstance(instance_id, str | bytes):
+            raise _invalid(body, protocol.INSTANCE_HEADER, "header is required")
+        agent_id = headers.get(protocol.AGENT_HEADER)
+        concurrency = headers.get(protocol.CONCURRENCY_HEADER, 4)
+        try:
+            card = loads(body)
+            return registration_from_card(
+                card,
+                instance_id=_text(instance_id),
+                agent_id=None if agent_id is None else _text(agent_id),
+                max_concurrency=int(_text(concurrency)),
+            )
+        except ValidationError as exc:
+            problems = [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"])
+                        for e in exc.errors(include_url=False)]
+            raise _invalid(body, *problems[0], more=problems[1:]) from None
+        except (ValueError, TypeError) as exc:
+            raise _invalid(body, "(body)", f"not an A2A Agent Card: {exc}") from None
+
+    async def _on_deregister(self, message: AbstractIncomingMessage) -> None:
+        try:
+            goodbye = decode(Deregistration, message.body)
+        except InvalidEnvelope as exc:
+            await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+            return
+        released, last_hb, expires = await self.store.release(goodbye.instance_id, goodbye.token)
+        if not released:
+            return
+        self.stats["down"] += 1
+        self._renewed.pop(goodbye.instance_id, None)
+        await self.publisher.emit(
+            down_event(
+                goodbye.agent_id,
+                goodbye.instance_id,
+                goodbye.token,
+                "deregistered",
+                lease_expires_ms=expires,
+                last_heartbeat_ms=last_hb,
+            )
+        )
+        logger.info("deregistered agent=%s instance=%s", goodbye.agent_id, goodbye.instance_id)
+
+    async def _reply(self, message: AbstractIncomingMessage, kind: str, body: bytes) -> None:
+        if not message.reply_to or self._channel is None:
+            return
+        await self._channel.default_exchange.publish(
+            aio_pika.Message(
+                body,
+                content_type=protocol.JSON,
+                type=kind,
+                correlation_id=message.correlation_id,
+            ),
+            routing_key=message.reply_to,
+            mandatory=False,
+        )
+
+    # --- heartbeats ----------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._beats_ready.wait()
+            await asyncio.sleep(self.batch_window_s)
+            await self.flush_heartbeats()
+
+    async def flush_heartbeats(self) -> None:
+        """Apply every queued heartbeat now (one Lua call per `max_batch`)."""
+        self._beats_ready.clear()
+        while self._beats:
+            batch, self._beats = self._beats[: self.max_batch], self._beats[self.max_batch :]
+            try:
+                renewals = await self.store.renew([b for b, _ in batch])
+            except TRANSIENT:
+                logger.warning("registry %s: %d heartbeats not applied", self.registry_id,
+                               len(batch), exc_info=True)
+                continue
+            self.stats["batches"] += 1
+            self.stats["heartbeats"] += len(batch)
+            for (beat, reply_to), r in zip(batch, renewals, strict=True):
+                if r.code == "renewed":
+                    self._renewed[beat.instance_id] = (
+                        beat.instance_id, beat.agent_id, beat.token,
+                        r.lease_expires_ms, beat.in_flight, beat.max_concurrency,
+                    )
+                    continue
+                self.stats["lost"] += 1
+                if r.code == "lapsed":
+                    await self._report_down(
+                        beat.agent_id, beat.instance_id, beat.token,
+                        r.lease_expires_ms, r.last_heartbeat_ms,
+                    )
+                await self._lease_lost(beat, reply_to)
+
+    async def _lease_lost(self, beat: Beat, reply_to: str | None) -> None:
+        if not reply_to or self._channel is None:
+            return
+        logger.info("lease lost agent=%s instance=%s token=%d", beat.agent_id,
+                    beat.instance_id, beat.token)
+        await self._channel.default_exchange.publish(
+            aio_pika.Message(
+                protocol.lease_lost_body(beat.instance_id, beat.token),
+                content_type=protocol.JSON,
+                type=protocol.LEASE_LOST,
+            ),
+            routing_key=reply_to,
+            mandatory=False,
+        )
+
+    # --- sweep ---------------------------------------------------------------------------
+    async def _sweep_loop(self) -> None:
+        last_leases = time.monotonic()
+        while True:
+            await asyncio.sleep(self.settings.sweep_interval_s)
+            try:
+                await self.sweep()
+                if time.monotonic() - last_leases >= self.lease_event_s:
+                    last_leases = time.monotonic()
+                    await self.publish_leases()
+            except TRANSIENT:
+                logger.warning("registry %s: sweep failed", self.registry_id, exc_info=True)
+
+    async def sweep(self) -> int:
+        """Claim every lapsed lease and publish its ``agent.down``; returns how many."""
+        claimed = 0
+        while True:
+            lapses = await self.store.sweep()
+            for lapse in lapses:
+                await self._report_down(
+                    lapse.agent_id, lapse.instance_id, lapse.token,
+                    lapse.lease_expires_ms, lapse.last_heartbeat_ms,
+                )
+            claimed += len(lapses)
+            if len(lapses) < SWEEP_BATCH:
+                return claimed
+
+    async def _report_down(
+        self, agent_id: str, instance_id: str, token: int, expires: int, last_hb: int
+    ) -> None:
+        self.stats["down"] += 1
+        self._renewed.pop(instance_id, None)
+        logger.warning(
+            "lease lapsed agent=%s instance=%s token=%d last_heartbeat_ms=%d",
+            agent_id, instance_id, token, last_hb,
+        )
+        await self.publisher.emit(
+            down_event(agent_id, instance_id, token, "lease_expired",
+                       lease_expires_ms=expires, last_heartbeat_ms=last_hb)
+        )
+
+    async def publish_leases(self) -> None:
+        """Publish the renewals since the last call as one ``agent.leases`` event."""
+        if not self._renewed:
+            return
+        rows, self._renewed = list(self._renewed.values()), {}
+        await self.publisher.emit(leases_event(rows))
+
+    # --- shutdown ------------------------------------------------------------------------
+    async def close(self) -> None:
+        """Stop consuming, apply what is queued, stop the sweep, close channels. Idempotent."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            queue, tag = consumer
+            with contextlib.suppress(aio_pika.exceptions.AMQPError, RuntimeError):
+                await queue.cancel(tag)
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._store is not None and self._beats:
+            with contextlib.suppress(*TRANSIENT):
+                await self.flush_heartbeats()
+        channel, self._channel = self._channel, None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
+        await self.publisher.close()
+        self._store = None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _invalid(
+    body: bytes, loc: str, msg: str, more: list[tuple[str, str]] | None = None
+) -> InvalidEnvelope:
+    problems = [FieldProblem(loc=loc, msg=msg[:500])]
+    problems += [FieldProblem(loc=lo, msg=m[:500]) for lo, m in (more or [])]
+    return InvalidEnvelope(problems, body, "AgentCard")

@@ -1,0 +1,272 @@
+"""`RegistrySession`: a worker instance's membership (the `Membership` protocol, for real).
+
+- ``start(load)``: declare an exclusive session queue (`Topology.session_queue`), register
+  over the registry queue and wait for the `RegistrationAck` there, retrying with backoff
+  (tenacity) while no registry answers; then heartbeat every ``heartbeat_s`` with
+  ``load()`` in flight.
+- Lost lease: the registry answers a heartbeat whose lease is gone (lapsed, swept, or
+  superseded) with ``lease.lost`` on the session queue; a `check()` that finds the current
+  token stale does the same locally. Either way the session re-registers and gets a new,
+  higher token; the old one stays refused, so work begun under it cannot commit.
+- ``check(token)``: `fencing.check_token` against Redis (atomic, Redis' clock).
+- ``stop()``: stop heartbeating, deregister (down at once), close. Safe to call twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, AbstractQueue
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_never,
+    wait_exponential_jitter,
+)
+
+from mesh.connection import MeshConnection
+from mesh.errors import NotStarted, RegistryError, StaleFencingToken
+from mesh.registry import fencing, protocol
+from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
+from schemas.codec import loads
+
+logger = logging.getLogger(__name__)
+
+
+class RegistryUnavailable(RegistryError, TimeoutError):
+    """No registry answered a registration in time; run one with `mesh registry`."""
+
+
+class RegistrySession:
+    """Registration, heartbeats and fencing of one worker instance."""
+
+    def __init__(
+        self,
+        conn: MeshConnection,
+        registration: Registration,
+        *,
+        attempt_timeout_s: float = 2.0,
+        register_timeout_s: float | None = None,
+    ) -> None:
+        """`register_timeout_s`: give up registering after this long (None: keep trying)."""
+        self.conn = conn
+        self.registration = registration
+        self.agent_id = registration.agent_id
+        self.instance_id = registration.instance_id
+        self.settings = conn.settings
+        self.attempt_timeout_s = attempt_timeout_s
+        self.register_timeout_s = register_timeout_s
+        self._token: int | None = None
+        self._load: Callable[[], int] = lambda: 0
+        self._channel: AbstractChannel | None = None
+        self._registry_ex: AbstractExchange | None = None
+        self._queue: AbstractQueue | None = None
+        self._pending: dict[str, asyncio.Future[RegistrationAck]] = {}
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._relogin_task: asyncio.Task[None] | None = None
+        self._beating = asyncio.Event()
+        self._beating.set()
+        self._stopped = False
+        #: how many times the session registered (1 + re-registrations after lost leases)
+        self.registrations = 0
+
+    # --- Membership ------------------------------------------------------------------------
+    @property
+    def token(self) -> int:
+        if self._token is None:
+            raise NotStarted("RegistrySession.start() was not awaited (no fencing token yet)")
+        return self._token
+
+    async def start(self, load: Callable[[], int]) -> None:
+        """Register (retrying while no registry answers), then heartbeat `load()`."""
+        if self._channel is not None:
+            return
+        self._load = load
+        self._stopped = False
+        channel = self._channel = await self.conn.channel(confirms=False)
+        await self.conn.topology.declare(channel)
+        self._registry_ex = await channel.get_exchange(self.conn.topology.registry, ensure=False)
+        self._queue = await channel.declare_queue(
+            self.conn.topology.session_queue(self.instance_id),
+            durable=False,
+            exclusive=True,
+            auto_delete=True,
+        )
+        await self._queue.consume(self._on_reply, no_ack=True)
+        await self._register()
+        self._heartbeat_task = asyncio.create_task(
+            self._heartbeat_loop(), name=f"heartbeat-{self.instance_id}"
+        )
+
+    async def check(self, token: int) -> None:
+        """Raise `StaleFencingToken` unless `token` is this instance's current, live token."""
+        try:
+            await fencing.check_token(
+                self.conn.redis, self.conn.keys, self.agent_id, self.instance_id, token
+            )
+        except StaleFencingToken:
+            if token == self._token:
+                self._lease_lost(token, "fencing check")
+            raise
+
+    async def stop(self) -> None:
+        """Stop heartbeating and deregister (the runtime drained in-flight work before)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for task in (self._heartbeat_task, self._relogin_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._heartbeat_task = self._relogin_task = None
+        if self._token is not None and self._registry_ex is not None:
+            goodbye = Deregistration(
+                agent_id=self.agent_id, instance_id=self.instance_id, token=self._token
+            )
+            with contextlib.suppress(aio_pika.exceptions.AMQPError, RuntimeError):
+                await self._registry_ex.publish(
+                    protocol.deregister_message(goodbye),
+                    routing_key=self.conn.topology.registry_key,
+                    mandatory=False,
+                )
+        for fut in self._pending.values():
+            fut.cancel()
+        self._pending.clear()
+        channel, self._channel = self._channel, None
+        self._registry_ex = self._queue = None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
+        logger.info("session %s deregistered", self.instance_id)
+
+    # --- partition drills --------------------------------------------------------------------
+    def suspend_heartbeats(self) -> None:
+        """Stop sending heartbeats (simulates a partition: the lease will lapse)."""
+        self._beating.clear()
+
+    def resume_heartbeats(self) -> None:
+        """Send heartbeats again; a lapsed lease is then reported lost and re-registered."""
+        self._beating.set()
+
+    # --- registration ------------------------------------------------------------------------
+    async def _register(self) -> None:
+        stop = (
+            stop_never if self.register_timeout_s is None
+            else stop_after_delay(self.register_timeout_s)
+        )
+        retrying = AsyncRetrying(
+            stop=stop,
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.2),
+            retry=retry_if_exception_type(RegistryUnavailable),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                ack = await self._register_once()
+        self._token = ack.token
+        self.registrations += 1
+        logger.info(
+            "registered agent=%s instance=%s token=%d", self.agent_id, self.instance_id, ack.token
+        )
+
+    async def _register_once(self) -> RegistrationAck:
+        if self._registry_ex is None or self._queue is None:
+            raise NotStarted("RegistrySession.start() was not awaited")
+        correlation_id = new_id()
+        fut: asyncio.Future[RegistrationAck] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = fut
+        try:
+            await self._registry_ex.publish(
+                protocol.register_message(
+                    self.registration,
+                    reply_to=self._queue.name,
+                    correlation_id=correlation_id,
+                    expiration_s=self.attempt_timeout_s,
+                ),
+                routing_key=self.conn.topology.registry_key,
+                mandatory=False,
+            )
+            async with asyncio.timeout(self.attempt_timeout_s):
+                return await fut
+        except TimeoutError:
+            raise RegistryUnavailable(
+                f"no registry answered within {self.attempt_timeout_s}s; "
+                "is `mesh registry` running?"
+            ) from None
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        logger.warning(
+            "registration of %s: attempt %d got no answer; retrying in %.1fs",
+            self.instance_id,
+            state.attempt_number,
+            state.next_action.sleep if state.next_action else 0.0,
+        )
+
+    async def _on_reply(self, message: AbstractIncomingMessage) -> None:
+        if message.type == protocol.LEASE_LOST:
+            notice = loads(message.body)
+            self._lease_lost(int(notice["token"]), "registry notice")
+            return
+        fut = self._pending.get(message.correlation_id or "")
+        if fut is None or fut.done():
+            return
+        if message.type == protocol.ACK:
+            fut.set_result(decode(RegistrationAck, message.body))
+        else:
+            fut.set_exception(RegistryError(f"registration refused: {message.body.decode()}"))
+
+    def _lease_lost(self, token: int, how: str) -> None:
+        """Re-register once (single flight) when the current token's lease is gone."""
+        if self._stopped or token != self._token:
+            return
+        if self._relogin_task is not None and not self._relogin_task.done():
+            return
+        logger.warning(
+            "lease lost agent=%s instance=%s token=%d (%s); re-registering",
+            self.agent_id, self.instance_id, token, how,
+        )
+        self._relogin_task = asyncio.create_task(self._register())
+
+    # --- heartbeats -------------------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        interval = self.settings.heartbeat_s
+        next_at = time.monotonic()
+        while True:
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            if not self._beating.is_set():
+                await self._beating.wait()
+                next_at = time.monotonic()
+            try:
+                await self._beat()
+            except (aio_pika.exceptions.AMQPError, RuntimeError, ConnectionError):
+                logger.warning("heartbeat of %s not sent", self.instance_id, exc_info=True)
+
+    async def _beat(self) -> None:
+        if self._registry_ex is None or self._queue is None or self._token is None:
+            return
+        beat = Heartbeat(
+            agent_id=self.agent_id,
+            instance_id=self.instance_id,
+            token=self._token,
+            in_flight=max(0, self._load()),
+            max_concurrency=self.registration.max_concurrency,
+            sent_ms=now_ms(),
+        )
+        await self._registry_ex.publish(
+            protocol.heartbeat_message(
+                beat, reply_to=self._queue.name, expiration_s=self.settings.heartbeat_s
+            ),
+            routing_key=self.conn.topology.registry_key,
+            mandatory=False,
+        )
