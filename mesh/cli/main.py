@@ -18,6 +18,7 @@ from mesh.errors import ConfigError, ServiceUnavailable
 #: sub-command modules, in the order `mesh --help` lists them
 COMMAND_MODULES = (
     "mesh.cli.run",
+    "mesh.cli.registry",
     "mesh.cli.request",
     "mesh.cli.agents",
     "mesh.cli.topology",

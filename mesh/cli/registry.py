@@ -1,0 +1,29 @@
+"""`mesh registry`: run the registry service (leases, fencing tokens, agent events)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mesh.cli._runner import serve
+from mesh.config import Settings
+from mesh.connection import MeshConnection
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "registry",
+        help="run a registry (consumer of the registry queue; run several for availability)",
+    )
+    p.set_defaults(func=_registry)
+
+
+def _registry(args: argparse.Namespace, settings: Settings) -> int:
+    from mesh.services import start_registry
+
+    async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:
+        return await start_registry(conn)
+
+    return asyncio.run(serve(settings, "mesh-registry", starter))
