@@ -1,8 +1,8 @@
 """`MeshClient`: publish task envelopes to `mesh.ingress` and await their Results.
 
-Results come back on a reply queue owned by the client (named, exclusive, auto-delete),
-so a robust reconnect restores it under the same name. Several requests can be in flight
-at once; each waits on its own future, keyed by task_id.
+Results come back on a reply queue owned by the client (named, durable, expiring once
+abandoned), so Results survive a broker restart and a robust reconnect resumes it.
+Several requests can be in flight at once; each waits on its own future, keyed by task_id.
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RequestTimeout
 from mesh.messaging import Publisher
+from mesh.retrying import PUBLISH_RETRY_S, quietly, with_retries
+from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id
 
 logger = logging.getLogger(__name__)
+
+#: an abandoned reply queue (its client gone without closing) is removed after this
+REPLY_QUEUE_EXPIRES_MS = 600_000
 
 
 class MeshClient:
@@ -33,6 +38,9 @@ class MeshClient:
         self._channel: AbstractChannel | None = None
         self._reply_queue: AbstractQueue | None = None
         self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
+        #: how long `submit` keeps retrying through a broker outage
+        self.publish_retry_s = PUBLISH_RETRY_S
+        self.results_received = 0
 
     @property
     def reply_to(self) -> str:
@@ -46,28 +54,47 @@ class MeshClient:
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         self._channel = await self.conn.channel(confirms=False, prefetch=256)
+        # durable, not exclusive: Results published while the broker restarts (or before
+        # this client has reconnected) wait in it; x-expires removes it once abandoned
         self._reply_queue = await self._channel.declare_queue(
-            f"{self.settings.namespace}.reply.{self.client_id}", exclusive=True, auto_delete=True
+            f"{self.settings.namespace}.reply.{self.client_id}",
+            durable=True,
+            arguments={"x-expires": REPLY_QUEUE_EXPIRES_MS},
         )
-        await self._reply_queue.consume(self._on_result, no_ack=True)
+        await self._reply_queue.consume(self._on_result)
         return self
 
     async def _on_result(self, message: AbstractIncomingMessage) -> None:
         try:
             result = decode(Result, message.body)
         except InvalidEnvelope:
-            logger.warning("unreadable result on %s dropped: %r", self.reply_to, message.body[:200])
+            logger.warning(
+                "unreadable result on %s dropped: %r", message.body[:200], self.client_id
+            )
+            await quietly(message.ack())
             return
-        for fut in self._waiters.pop(result.task_id, []):
+        waiters = self._waiters.pop(result.task_id, [])
+        if not waiters:
+            logger.info("Result for task_id=%s has no waiter; dropped", result.task_id)
+        for fut in waiters:
             if not fut.done():
                 fut.set_result(result)
+        self.results_received += 1
+        await quietly(message.ack())
 
     async def submit(self, envelope: TaskEnvelope) -> TaskEnvelope:
         """Publish `envelope` (with confirm) without waiting; returns what was sent."""
         if envelope.reply_to is None:
             envelope = envelope.model_copy(update={"reply_to": self.reply_to})
-        await self.publisher.publish_envelope(
-            self.topology.ingress, self.topology.ingress_key, envelope, mandatory=True
+        # through a broker outage the publish is retried until the connection is back; a
+        # publish confirmed but reported lost is sent twice, which the router absorbs
+        # (same task_id: one execution, the same Result)
+        sent = envelope
+        await with_retries(
+            lambda: self.publisher.publish_envelope(
+                self.topology.ingress, self.topology.ingress_key, sent, mandatory=True
+            ),
+            self.publish_retry_s,
         )
         return envelope
 
@@ -121,7 +148,12 @@ class MeshClient:
                 fut.cancel()
         self._waiters.clear()
         if channel is not None and not channel.is_closed:
-            await channel.close()
+            try:
+                await channel.queue_delete(f"{self.settings.namespace}.reply.{self.client_id}")
+            except OUTAGE_ERRORS:
+                logger.info("reply queue of client %s left to x-expires", self.client_id)
+            if not channel.is_closed:
+                await channel.close()
         await self.publisher.close()
 
     async def __aenter__(self) -> MeshClient:

@@ -18,8 +18,10 @@ DEAD_REASONS: tuple[DeadReason, ...] = ("invalid", "unroutable", "hops", "retrie
 
 #: header carrying the reason of a dead letter
 REASON_HEADER = "x-mesh-reason"
-#: header carrying the retry delay a message asks for (matched by the `mesh.retry` exchange)
-DELAY_HEADER = "x-mesh-delay"
+#: header carrying the retry delay a message asks for (matched by the `mesh.retry` exchange);
+#: not ``x-``-prefixed: a headers exchange ignores ``x-*`` binding arguments when matching,
+#: so an ``x-`` header would send every retry to every delay queue
+DELAY_HEADER = "mesh-delay"
 #: AMQP priorities 1..10 map onto x-max-priority 10
 MAX_PRIORITY = 10
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
@@ -187,6 +189,10 @@ class Topology:
     def snapshot_queue(self, snapshot_id: str) -> str:
         """Exclusive, auto-delete queue of one agent snapshot (a router's `agent.*` feed)."""
         return f"{self.namespace}.snapshot.{snapshot_id}"
+
+    def selector_queue(self, router_id: str) -> str:
+        """Exclusive queue of one router's selector, following outcome events."""
+        return f"{self.namespace}.selector.{router_id}"
 
     def retry_queue(self, delay_ms: int) -> str:
         return f"{self.namespace}.retry.{delay_ms}"

@@ -71,7 +71,7 @@ async def settle(
     if outcome.kind == "retry" and envelope.attempt < runtime.settings.max_retries:
         attempt = envelope.attempt + 1
         delay = outcome.delay_ms or topology.retry_delay_for(attempt)
-        delay = _nearest_delay(topology.retry_delays_ms, delay)
+        delay = nearest_delay(topology.retry_delays_ms, delay)
         retried = envelope.model_copy(update={"attempt": attempt})
         exchange = await publisher.exchange(topology.retry)
         # the copy goes out (confirmed) before the claim is released and the original
@@ -186,7 +186,7 @@ async def _emit(
     )
 
 
-def _nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
+def nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
     """The smallest declared delay queue at least `wanted` long (else the longest)."""
     for delay in delays:
         if delay >= wanted:
@@ -194,4 +194,4 @@ def _nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
     return delays[-1]
 
 
-__all__ = ["TRANSIENT_ERRORS", "Outcome", "settle"]
+__all__ = ["TRANSIENT_ERRORS", "Outcome", "nearest_delay", "settle"]

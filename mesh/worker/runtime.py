@@ -23,13 +23,14 @@ from mesh.dispatch.context import ContextStore
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Holder, TaskStore
 from mesh.errors import Reject, Retry
-from mesh.messaging import Publisher
+from mesh.messaging import Publisher, envelope_message
 from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
 from mesh.retrying import quietly, with_retries
+from mesh.topology import DELAY_HEADER
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.membership import Membership, StaticMembership
-from mesh.worker.outcome import TRANSIENT_ERRORS, Outcome, settle
+from mesh.worker.outcome import TRANSIENT_ERRORS, Outcome, nearest_delay, settle
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms
 
 if TYPE_CHECKING:
@@ -178,6 +179,9 @@ class WorkerRuntime:
             logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
             await quietly(message.nack(requeue=True))
             return
+        if claim.status == "busy":
+            await self._defer(message, envelope, claim.detail)
+            return
         if claim.status != "claimed":
             logger.info("task_id=%s not run: %s %s", envelope.task_id, claim.status, claim.detail)
             await quietly(message.ack())
@@ -206,6 +210,33 @@ class WorkerRuntime:
         outcome = await self._execute(envelope, left, lifetime_ms, holder)
         timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
         await asyncio.shield(settle(self, message, envelope, outcome, timings, holder))
+
+    async def _defer(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: str
+    ) -> None:
+        """Another instance holds the claim: look again later, through a retry delay queue.
+
+        Either the holder finishes (the next look finds the result) or its lease lapses
+        (the next look takes the claim over). Acking instead would lose the task if the
+        holder is dead but its lease has not run out yet.
+        """
+        delay = nearest_delay(
+            self.topology.retry_delays_ms, int(self.settings.lease_ttl_s * 1000 / 3)
+        )
+        logger.info(
+            "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
+        )
+        exchange = await self.publisher.exchange(self.topology.retry)
+        await with_retries(
+            lambda: exchange.publish(
+                envelope_message(
+                    envelope, headers={DELAY_HEADER: str(delay), "x-mesh-deferred": holder}
+                ),
+                routing_key=self.topology.agent_routing_key(self.agent.agent_id, envelope.priority),
+                mandatory=False,
+            )
+        )
+        await quietly(message.ack())
 
     async def _count_visit(self, envelope: TaskEnvelope) -> None:
         """Loop detection: the same trace on the same agent more than twice is an alert."""

@@ -1,0 +1,108 @@
+"""Shared pieces of the dispatch integration tests: a mesh in one process, queue peeks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage
+
+from mesh.connection import MeshConnection
+from mesh.router.service import RouteChoice, RouterService, Selector
+from mesh.worker.agent import Agent
+from mesh.worker.membership import Membership
+from mesh.worker.runtime import WorkerRuntime
+from schemas import Event, RouteInfo, TaskEnvelope, decode
+
+
+class OrderedSelector:
+    """Candidates in a fixed order; the first one not excluded wins."""
+
+    def __init__(self, *agent_ids: str) -> None:
+        self.agent_ids = agent_ids
+
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
+        for agent_id in self.agent_ids:
+            if agent_id not in envelope.excluded_agents:
+                return RouteChoice(agent_id, RouteInfo(strategy="semantic", score=1.0))
+        return None
+
+
+async def start_router(
+    conn: MeshConnection, add_cleanup: Any, selector: Selector | None = None
+) -> RouterService:
+    router = RouterService(conn, selector)
+    await router.start()
+    add_cleanup(router.close)
+    return router
+
+
+async def start_worker(
+    conn: MeshConnection,
+    add_cleanup: Any,
+    agent: Agent,
+    *,
+    instance_id: str | None = None,
+    membership: Membership | None = None,
+) -> WorkerRuntime:
+    worker = WorkerRuntime(agent, conn, instance_id=instance_id, membership=membership)
+    await worker.start()
+    add_cleanup(lambda: worker.drain(grace_s=2))
+    return worker
+
+
+async def drain_queue(conn: MeshConnection, name: str) -> list[AbstractIncomingMessage]:
+    """Every message now in queue `name` (consumed)."""
+    channel = await conn.channel()
+    try:
+        queue = await channel.get_queue(name, ensure=False)
+        found = []
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            found.append(message)
+        return found
+    finally:
+        await channel.close()
+
+
+async def wait_for_messages(
+    conn: MeshConnection, name: str, count: int = 1, timeout: float = 10.0
+) -> list[AbstractIncomingMessage]:
+    """Wait until `count` messages sat in queue `name`; returns them (consumed)."""
+    found: list[AbstractIncomingMessage] = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while len(found) < count:
+        found += await drain_queue(conn, name)
+        if len(found) >= count:
+            break
+        if loop.time() > end:
+            raise AssertionError(f"{len(found)}/{count} messages in {name} after {timeout}s")
+        await asyncio.sleep(0.05)
+    return found
+
+
+class EventTap:
+    """Collects events from `mesh.events` (bound to `pattern`) while the test runs."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    @classmethod
+    async def open(cls, conn: MeshConnection, add_cleanup: Any, pattern: str = "#") -> EventTap:
+        tap = cls()
+        channel = await conn.channel(confirms=False)
+        add_cleanup(channel.close)
+        queue = await channel.declare_queue(exclusive=True)
+        await queue.bind(conn.topology.events, routing_key=pattern)
+
+        async def on_event(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+            tap.events.append(decode(Event, message.body))
+
+        await queue.consume(on_event, no_ack=True)
+        return tap
+
+    def of(self, type_: str, task_id: str | None = None) -> list[Event]:
+        return [
+            e for e in self.events if e.type == type_ and (task_id is None or e.task_id == task_id)
+        ]

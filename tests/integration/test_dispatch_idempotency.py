@@ -1,0 +1,116 @@
+"""Idempotency: duplicate submissions and redeliveries run once and share one Result;
+a stale fencing token can neither commit nor apply its side effect."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mesh import MeshClient
+from mesh.config import Settings
+from mesh.connection import MeshConnection
+from mesh.dispatch.store import Holder, TaskStore
+from mesh.messaging import Publisher
+from schemas import Result, TaskEnvelope, now_ms
+from tests.agents_for_tests import LeaseMembership, effect_agent
+from tests.integration.dispatch_kit import start_router, start_worker
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def settings(namespace: str) -> Settings:
+    return Settings.from_env(
+        namespace=namespace, heartbeat_s=0.2, lease_ttl_s=1.0, retry_delays_ms=(200, 400)
+    )
+
+
+async def _count(conn: MeshConnection, name: str) -> int:
+    raw = await conn.redis.get(conn.keys.side_effect(name))
+    return int(raw or 0)
+
+
+async def test_same_task_id_twice_runs_once_and_both_callers_get_the_same_result(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    await start_router(conn, add_cleanup)
+    worker = await start_worker(conn, add_cleanup, effect_agent())
+    envelope = TaskEnvelope(capability="do it", payload={"sleep_s": 0.3, "n": 7}, target="effect")
+    async with MeshClient(conn) as first, MeshClient(conn) as second:
+        a, b = await asyncio.gather(
+            first.send(envelope, wait_s=10), second.send(envelope, wait_s=10)
+        )
+        # a third submission after the end is answered from the stored Result
+        c = await first.send(envelope, wait_s=10)
+    assert a.status == b.status == c.status == "completed"
+    assert a == b == c
+    assert await _count(conn, f"runs:{envelope.task_id}") == 1
+    assert await _count(conn, f"work:{envelope.task_id}") == 1
+    assert worker.executed == 1
+
+
+async def test_redelivery_of_a_finished_task_does_not_run_it_again(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    await start_router(conn, add_cleanup)
+    worker = await start_worker(conn, add_cleanup, effect_agent())
+    async with MeshClient(conn) as client:
+        envelope = TaskEnvelope(capability="do it", target="effect", reply_to=client.reply_to)
+        first = await client.send(envelope, wait_s=10)
+        # the very same dispatch delivered again, straight into the agent queue
+        publisher = Publisher(conn)
+        await publisher.start()
+        add_cleanup(publisher.close)
+        stamped = envelope.model_copy(update={"deadline_ms": now_ms() + 10_000})
+        for _ in range(2):
+            await publisher.publish_envelope(
+                conn.topology.capabilities, conn.topology.agent_routing_key("effect"), stamped
+            )
+        await asyncio.sleep(0.3)
+        await worker.run_until_idle()
+    assert first.status == "completed"
+    assert await _count(conn, f"runs:{envelope.task_id}") == 1
+    assert worker.executed == 1
+    assert client.results_received == 1
+
+
+async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
+    conn: MeshConnection, settings: Settings
+) -> None:
+    store = TaskStore(conn.redis, conn.keys, settings)
+    a_member = LeaseMembership(conn, "effect", "effect-a")
+    b_member = LeaseMembership(conn, "effect", "effect-b")
+    await a_member.start(lambda: 0)
+    await b_member.start(lambda: 0)
+    try:
+        envelope = TaskEnvelope(capability="x", target="effect")
+        a = Holder("effect-a", a_member.token)
+        b = Holder("effect-b", b_member.token)
+        end = now_ms() + 60_000
+        claim_a = await store.claim(envelope, a, agent_id="effect", redelivered=False,
+                                    lifetime_end_ms=end)
+        assert claim_a.status == "claimed"
+        busy = await store.claim(envelope, b, agent_id="effect", redelivered=True,
+                                 lifetime_end_ms=end)
+        assert busy.status == "busy"  # a's lease is alive: no takeover
+        await a_member.lose_lease()
+        claim_b = await store.claim(envelope, b, agent_id="effect", redelivered=True,
+                                    lifetime_end_ms=end)
+        assert claim_b.status == "claimed" and claim_b.takeover
+        assert await store.apply_once(envelope.task_id, b, "pay") == 1
+        assert await store.apply_once(envelope.task_id, a, "pay") == -1
+        assert await store.apply_once(envelope.task_id, b, "pay") == 0
+        late = Result(task_id=envelope.task_id, status="completed", output={"by": "a"})
+        assert (await store.finish(late, "completed", by="effect-a", holder=a)).status == "stale"
+        good = Result(task_id=envelope.task_id, status="completed", output={"by": "b"})
+        assert (await store.finish(good, "completed", by="effect-b", holder=b)).status == "ok"
+        again = await store.finish(late, "completed", by="effect-a", holder=a)
+        assert again.status == "done" and again.result == good
+        assert await _count(conn, "pay") == 1
+        states = [h["state"] for h in await store.history(envelope.task_id)]
+        assert states == ["accepted", "processing", "accepted", "processing", "completed"]
+    finally:
+        await a_member.stop()
+        await b_member.stop()
