@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mesh import Agent, TaskContext
-from mesh.connection import MeshConnection, connect
 from mesh.config import Settings
+from mesh.connection import MeshConnection, connect
 from mesh.registry.fencing import check_token, issue_token
 from mesh.worker.runtime import WorkerRuntime
 from schemas import TaskEnvelope, now_ms

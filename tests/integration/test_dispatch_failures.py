@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -50,14 +51,16 @@ async def test_always_failing_handler_three_attempts_with_growing_delays_then_de
     raw = await conn.redis.lrange(conn.keys.side_effect(f"attempts:{result.task_id}"), 0, -1)
     times = [int(t) for t in raw]
     assert len(times) == 3
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     assert 180 <= gaps[0] < gaps[1], gaps  # 200 ms, then 400 ms
     assert gaps[1] >= 380, gaps
     (dead,) = await wait_for_messages(conn, conn.topology.dead_queue("retries"))
     assert decode(TaskEnvelope, dead.body).task_id == result.task_id
     assert "last_error" in dead.headers["x-mesh-details"]
-    history = [h["state"] for h in await TaskStore(conn.redis, conn.keys, conn.settings).history(
-        result.task_id)]
+    history = [
+        h["state"]
+        for h in await TaskStore(conn.redis, conn.keys, conn.settings).history(result.task_id)
+    ]
     assert history.count("retrying") == 2 and history[-1] == "failed"
 
 
@@ -79,8 +82,15 @@ async def test_no_consumer_accept_timeout_reroutes_to_next_candidate(
     history = await TaskStore(conn.redis, conn.keys, conn.settings).history(result.task_id)
     states = [h["state"] for h in history]
     assert states == [
-        "submitted", "routing", "dispatched", "rerouting", "routing", "dispatched",
-        "accepted", "processing", "completed",
+        "submitted",
+        "routing",
+        "dispatched",
+        "rerouting",
+        "routing",
+        "dispatched",
+        "accepted",
+        "processing",
+        "completed",
     ]
 
 
@@ -103,8 +113,7 @@ async def test_no_candidate_left_is_unroutable_and_answered(
         capped = await client.request("anyone?", wait_s=10)
     assert capped.error is not None and capped.error.code in {"reroutes_exhausted", "no_agent"}
     dead = await wait_for_messages(conn, conn.topology.dead_queue("unroutable"), 2)
-    assert {decode(TaskEnvelope, m.body).task_id for m in dead} == {
-        result.task_id, capped.task_id}
+    assert {decode(TaskEnvelope, m.body).task_id for m in dead} == {result.task_id, capped.task_id}
 
 
 async def test_reject_goes_to_the_next_candidate(conn: MeshConnection, add_cleanup: Any) -> None:
@@ -147,7 +156,9 @@ async def test_deadline_passed_before_the_worker_took_it_is_not_executed(
     worker = await start_worker(conn, add_cleanup, effect_agent())
     async with MeshClient(conn) as client:
         envelope = TaskEnvelope(
-            capability="late", target="effect", reply_to=client.reply_to,
+            capability="late",
+            target="effect",
+            reply_to=client.reply_to,
             deadline_ms=now_ms() - 1,
         )
         waiting = asyncio.ensure_future(client.send(envelope, wait_s=10))
@@ -173,8 +184,9 @@ async def test_handler_cancelled_at_the_deadline(conn: MeshConnection, add_clean
     tap = await EventTap.open(conn, add_cleanup, "task.#")
     async with MeshClient(conn) as client:
         started = asyncio.get_running_loop().time()
-        result = await client.request("slow", {"sleep_s": 5}, target="effect", timeout_ms=400,
-                                      wait_s=10)
+        result = await client.request(
+            "slow", {"sleep_s": 5}, target="effect", timeout_ms=400, wait_s=10
+        )
         took = asyncio.get_running_loop().time() - started
     assert result.status == "expired"
     assert result.error is not None and result.error.code == "deadline_passed"

@@ -89,15 +89,18 @@ async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
         a = Holder("effect-a", a_member.token)
         b = Holder("effect-b", b_member.token)
         end = now_ms() + 60_000
-        claim_a = await store.claim(envelope, a, agent_id="effect", redelivered=False,
-                                    lifetime_end_ms=end)
+        claim_a = await store.claim(
+            envelope, a, agent_id="effect", redelivered=False, lifetime_end_ms=end
+        )
         assert claim_a.status == "claimed"
-        busy = await store.claim(envelope, b, agent_id="effect", redelivered=True,
-                                 lifetime_end_ms=end)
+        busy = await store.claim(
+            envelope, b, agent_id="effect", redelivered=True, lifetime_end_ms=end
+        )
         assert busy.status == "busy"  # a's lease is alive: no takeover
         await a_member.lose_lease()
-        claim_b = await store.claim(envelope, b, agent_id="effect", redelivered=True,
-                                    lifetime_end_ms=end)
+        claim_b = await store.claim(
+            envelope, b, agent_id="effect", redelivered=True, lifetime_end_ms=end
+        )
         assert claim_b.status == "claimed" and claim_b.takeover
         assert await store.apply_once(envelope.task_id, b, "pay") == 1
         assert await store.apply_once(envelope.task_id, a, "pay") == -1
