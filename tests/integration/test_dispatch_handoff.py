@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -68,7 +69,7 @@ async def test_ping_pong_stops_at_max_hops_with_loop_alert_and_halved_deadlines(
     assert [s["agent"] for s in seen] == ["ping", "pong", "ping", "pong", "ping"]
     assert [s["hops"] for s in seen] == [0, 1, 2, 3, 4]
     assert len({s["trace"] for s in seen}) == 1
-    for parent, child in zip(seen, seen[1:], strict=False):
+    for parent, child in itertools.pairwise(seen):
         # a child gets at most half of what its parent had left when it handed off
         parent_left = parent["deadline_ms"] - child["received_ms"]
         child_budget = child["deadline_ms"] - child["received_ms"]
