@@ -60,7 +60,7 @@ class RegistryService:
     """One registry process. ``await start()``; ``await close()`` (idempotent)."""
 
     def __init__(
-        self, conn: MeshConnection, *, batch_window_s: float = 0.02, max_batch: int = 500
+        self, conn: MeshConnection, *, batch_window_s: float = 0.1, max_batch: int = 500
     ) -> None:
         self.conn = conn
         self.settings = conn.settings
