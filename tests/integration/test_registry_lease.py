@@ -1,0 +1,75 @@
+"""Lease scripts on the real Redis: each lapse is claimed exactly once, whoever sees it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mesh.connection import MeshConnection
+from mesh.registry.lease import Beat, LeaseStore
+from mesh.registry.state import load_instance
+from schemas import Registration
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def reg(iid: str) -> Registration:
+    return Registration(agent_id="lease", instance_id=iid, capability_text="leases")
+
+
+async def redis_now(conn: MeshConnection) -> int:
+    seconds, micros = await conn.redis.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def test_late_heartbeat_claims_the_lapse_and_the_sweep_does_not(
+    conn: MeshConnection,
+) -> None:
+    store = LeaseStore(conn.redis, conn.keys, lease_ttl_s=0.05)
+    grant = await store.grant(reg("l-1"))
+    beat = Beat("lease", "l-1", grant.token, 1, 4)
+    assert [r.code for r in await store.renew([beat])] == ["renewed"]
+    inst = await load_instance(conn.redis, conn.keys, "l-1")
+    assert inst is not None
+    await wait_until(lambda: _after(conn, inst.lease_expires_ms))
+    first = await store.renew([beat])
+    assert first[0].code == "lapsed"
+    assert first[0].lease_expires_ms == inst.lease_expires_ms
+    assert [r.code for r in await store.renew([beat])] == ["lost"]
+    assert await store.sweep() == []
+    down = await load_instance(conn.redis, conn.keys, "l-1")
+    assert down is not None and down.status == "down" and down.down_reason == "lease_expired"
+    assert await conn.redis.pttl(conn.keys.instance("l-1")) > 0  # forgotten later
+
+
+async def _after(conn: MeshConnection, ms: int) -> bool:
+    return await redis_now(conn) > ms
+
+
+async def test_sweep_claims_once_and_regrant_revives_with_a_higher_token(
+    conn: MeshConnection,
+) -> None:
+    store = LeaseStore(conn.redis, conn.keys, lease_ttl_s=0.05)
+    grants = [await store.grant(reg(f"s-{n}")) for n in range(3)]
+    await wait_until(lambda: _after(conn, max(g.lease_expires_ms for g in grants)))
+    claimed = await store.sweep()
+    assert sorted(c.instance_id for c in claimed) == ["s-0", "s-1", "s-2"]
+    assert {c.token for c in claimed} == {g.token for g in grants}
+    assert await store.sweep() == []
+    again = await store.grant(reg("s-0"))
+    assert again.token > max(g.token for g in grants)
+    inst = await load_instance(conn.redis, conn.keys, "s-0")
+    assert inst is not None and inst.status == "up" and inst.down_reason is None
+    assert await conn.redis.pttl(conn.keys.instance("s-0")) == -1
+
+
+async def test_release_needs_the_current_token(conn: MeshConnection) -> None:
+    store = LeaseStore(conn.redis, conn.keys, lease_ttl_s=5)
+    old = await store.grant(reg("r-1"))
+    new = await store.grant(reg("r-1"))
+    assert (await store.release("r-1", old.token))[0] is False
+    assert (await store.release("r-1", new.token))[0] is True
+    assert (await store.release("r-1", new.token))[0] is False
+    assert [r.code for r in await store.renew([Beat("lease", "r-1", new.token, 0, 1)])] == [
+        "lost"
+    ]
