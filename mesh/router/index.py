@@ -1,15 +1,28 @@
 """The capability index: every live agent's vectors, stacked so a decision is one numpy pass.
 
 Per agent it keeps the capability-text vector, the registered example vectors and a
-bounded reservoir of learned vectors (texts of tasks the agent completed well). From
-these it derives one unit *prototype* row per agent; `prototypes` is the ``(n, dim)``
-matrix the scorer multiplies with the query vector.
+bounded reservoir of learned vectors (texts of tasks the agent completed well).
 
-Prototype method (measured with ``mesh calibrate``, see ``bench/routing_accuracy.py``):
-the normalised centroid of all the agent's vectors, mixed with a discriminative
-direction fitted by `refit()`: a softmax layer over all agents, initialised from the
-centroids and trained on every agent's own texts. Rows stay unit-norm, so the
-similarity is a cosine in [-1, 1] and an absolute threshold keeps its meaning.
+Similarity method (measured with ``mesh calibrate``; every variant is listed in
+``bench/routing_accuracy.py``):
+
+1. *Genre centering.* A capability text describes an agent ("Handles ...") while examples,
+   learned texts and queries are requests: two genres whose embeddings sit around two
+   different means. Capability vectors are centred by the mean capability vector, request
+   vectors (and the query) by the mean request vector, then re-normalised, which removes
+   what all descriptions (or all requests) share and keeps what tells agents apart.
+2. *Prototype.* Each agent's unit centroid of its centred vectors, the capability vector
+   counted `FitConfig.capability_weight` times (it is the one text written to describe the
+   whole agent; the examples are single instances). ``cos = centroid . q`` is a cosine.
+3. *Discriminative term.* `refit()` fits a softmax layer over all agents on every agent's
+   own centred texts (weights initialised at ``scale * centroid``, early-stopped). The
+   similarity adds ``logprob_weight * log p(agent | q)``: a non-positive penalty that is ~0
+   when the query is unambiguously this agent's and grows when other agents claim it.
+
+``similarity = cos + logprob_weight * log p``: on the cosine scale, never above the
+cosine, so an absolute threshold keeps its meaning (and without a fit it *is* the cosine).
+Fitting is split so the live router can run it in a worker thread: `fit_directions()`
+reads a snapshot and returns a `FitResult`; `apply_fit()` installs it on the event loop.
 
 Runtime stats (load, success rate...) live here too, in arrays aligned with the rows,
 so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
@@ -35,6 +48,8 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: statuses an agent can be routed to
 ROUTABLE = "up"
+#: past this many agents the softmax normaliser sums only the best rows (`similarity`)
+LSE_ROWS = 64
 
 
 def tokens(text: str) -> list[str]:
@@ -50,16 +65,43 @@ def _unit(rows: F32) -> F32:
 
 @dataclass(frozen=True)
 class FitConfig:
-    """How `CapabilityIndex.refit()` fits the discriminative prototypes."""
+    """How the index builds prototypes and fits the softmax term (see the module docstring).
 
-    #: weight of the fitted direction against the centroid (0 = nearest centroid)
-    mix: float = 1.0
-    #: initial logit scale of the softmax (centroid cosine times this)
-    scale: float = 10.0
-    steps: int = 300
+    Defaults were chosen on CLINC150 with ``learn.jsonl`` as the development set for the
+    cold index (never the validation set): see ``bench/routing_accuracy.py``.
+    """
+
+    #: the capability vector counts this many times in the centroid (examples count once)
+    capability_weight: float = 3.0
+    #: weight of ``log p(agent | q)`` in the similarity (0 = centroid cosine only)
+    logprob_weight: float = 0.1
+    #: logit scale of the softmax at initialisation (centroid cosine times this)
+    scale: float = 30.0
+    #: Adam steps; few on purpose (early stopping is the regulariser)
+    steps: int = 100
     learning_rate: float = 0.05
     #: skip fitting when texts x agents exceeds this (cost grows with both)
     max_cells: int = 20_000_000
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What `CapabilityIndex.fit_directions` computed from one snapshot of the index."""
+
+    #: index-wide change counter at the snapshot
+    version: int
+    #: per fitted agent: its change counter at the snapshot
+    agents: dict[str, int]
+    capability_mean: F32
+    request_mean: F32
+    #: ``(len(agents), dim)`` softmax weights and ``(len(agents),)`` biases, row order of
+    #: `agents`; None when fitting was skipped (too large, fewer than two agents, disabled)
+    weights: F32 | None
+    biases: F32 | None
+
+    @property
+    def fitted(self) -> bool:
+        return self.weights is not None
 
 
 @dataclass(frozen=True)
@@ -91,12 +133,15 @@ class AgentEntry:
     #: vectors offered to the reservoir so far (reservoir sampling needs it)
     learned_seen: int = 0
     bad: int = 0
+    #: the index's change counter at this entry's last change (a fit from before is stale)
+    version: int = 0
 
-    def vectors(self) -> F32:
-        rows = [self.capability[None, :], self.examples]
-        if self.learned:
-            rows.append(np.stack(self.learned))
-        return np.concatenate(rows).astype(np.float32, copy=False)
+    def requests(self) -> F32:
+        """Example and learned vectors: texts written as requests, like queries."""
+        learned = list(self.learned)  # copy first: the event loop may append meanwhile
+        if not learned:
+            return self.examples
+        return np.concatenate([self.examples, np.stack(learned)]).astype(np.float32, copy=False)
 
 
 def embed_registration(
@@ -121,8 +166,14 @@ class CapabilityIndex:
         self._rows: dict[str, int] = {}
         cap = 16
         self._centroids = np.zeros((cap, dim), np.float32)
-        self._fitted = np.zeros((cap, dim), np.float32)
-        self._protos = np.zeros((cap, dim), np.float32)
+        #: softmax weights and biases per row; rows never fitted hold ``scale * centroid``
+        self._weights = np.zeros((cap, dim), np.float32)
+        self._biases = np.zeros(cap, np.float32)
+        self._is_fitted = np.zeros(cap, np.bool_)
+        #: what scoring multiplies: ``centroid + logprob_weight * weights`` and the weighted
+        #: bias, so the cosine and the logit come out of one product (see `similarity`)
+        self._sim_rows = np.zeros((cap, dim), np.float32)
+        self._sim_bias = np.zeros(cap, np.float32)
         self._load = np.zeros(cap, np.float32)
         self._max_conc = np.ones(cap, np.float32)
         self._success = np.ones(cap, np.float32)
@@ -133,6 +184,12 @@ class CapabilityIndex:
         self._by_tag: dict[tuple[str, str], set[str]] = {}
         self._by_keyword: dict[str, set[str]] = {}
         self._ids: tuple[str, ...] | None = None
+        #: genre means from the last fit (zero before it: plain cosines)
+        self._capability_mean = np.zeros(dim, np.float32)
+        self._request_mean = np.zeros(dim, np.float32)
+        #: whether the softmax term is in use (a fit happened and was not skipped)
+        self._use_softmax = False
+        self._version = 0
         #: True when agents or memories changed since the last `refit()`
         self.dirty = False
 
@@ -158,12 +215,45 @@ class CapabilityIndex:
 
     @property
     def prototypes(self) -> F32:
-        """``(n, dim)`` unit rows: the similarity of a query to agent i is ``protos[i] @ q``."""
-        return self._protos[: len(self)]
+        """``(n, dim)`` unit centroids in the centred space (`center_query` maps a query there)."""
+        return self._centroids[: len(self)]
 
     @property
     def centroids(self) -> F32:
         return self._centroids[: len(self)]
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the last fit produced a softmax term (see `FitResult.fitted`)."""
+        return self._use_softmax
+
+    def center_query(self, query: F32) -> F32:
+        """The unit query vector moved into the centred request space."""
+        q = np.asarray(query, np.float32) - self._request_mean
+        out: F32 = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(np.float32, copy=False)
+        return out
+
+    def similarity(self, query: F32) -> F32:
+        """Per row: ``cos(centroid, q) + logprob_weight * log p(agent | q)`` (module docstring).
+
+        ``cos + w * (z - lse(z))`` is computed as ``(centroid + w * weights) . q + w * bias``
+        (one matrix-vector product) minus ``w * lse(z)``, one number per query. Past
+        `LSE_ROWS` agents ``lse`` sums only the logits of the `LSE_ROWS` best rows: the
+        rest hold a negligible share of the softmax mass at the fitted scale, and it keeps
+        a decision over 10,000 agents to one pass over the matrix.
+        """
+        q = self.center_query(query)
+        n = len(self)
+        sim: F32 = self._sim_rows[:n] @ q
+        weight = np.float32(self.fit_config.logprob_weight)
+        if not self._use_softmax or weight <= 0 or n < 2:
+            return sim  # rows are the centroids: plain cosines
+        sim += self._sim_bias[:n]
+        rows = np.argpartition(-sim, LSE_ROWS)[:LSE_ROWS] if n > LSE_ROWS else slice(0, n)
+        z = self._weights[rows] @ q + self._biases[rows]
+        top = float(z.max())
+        sim -= weight * np.float32(top + np.log(np.exp(z - top).sum()))
+        return sim
 
     @property
     def load(self) -> F32:
@@ -216,11 +306,9 @@ class CapabilityIndex:
             self._unindex(old)
             row = old_row
             self._entries[row] = entry
-            self._fitted[row] = 0.0  # new texts: the old fitted direction is stale
         else:
             row = len(self._entries)
             self._grow(row + 1)
-            self._fitted[row] = 0.0  # a freed row may hold a removed agent's direction
             self._entries.append(entry)
             self._rows[agent_id] = row
             self.set_stats(agent_id, stats or AgentStats())
@@ -230,9 +318,9 @@ class CapabilityIndex:
             self._by_tag.setdefault((k, v), set()).add(agent_id)
         for kw in entry.keywords:
             self._by_keyword.setdefault(kw[0], set()).add(agent_id)
-        self._refresh_row(row, fitted=None)
+        self._is_fitted[row] = False  # new texts: a fitted row (or a removed agent's) is stale
+        self._changed(row)
         self._ids = None
-        self.dirty = True
 
     def remove(self, agent_id: str) -> bool:
         """Drop an agent (its row is filled by the last one). False when unknown."""
@@ -249,6 +337,7 @@ class CapabilityIndex:
                 arr[row] = arr[last]
         self._entries.pop()
         self._ids = None
+        self._version += 1
         self.dirty = True
         return True
 
@@ -331,65 +420,134 @@ class CapabilityIndex:
                 entry.learned[slot] = v
             else:
                 return
-        self._refresh_row(row, fitted=None)
-        self.dirty = True
+        self._changed(row)
+
+    def set_memory(self, agent_id: str, vectors: F32, *, seen: int, bad: int) -> None:
+        """Replace an agent's learned reservoir wholesale (e.g. loaded from Redis).
+
+        `vectors` beyond `memory_size` are dropped (the last ones are kept); `seen` is
+        how many good vectors were ever offered (it drives later reservoir sampling).
+        Unknown agents are ignored.
+        """
+        row = self._rows.get(agent_id)
+        if row is None:
+            logger.debug("set_memory for unknown agent=%s ignored", agent_id)
+            return
+        rows = np.asarray(vectors, np.float32).reshape(-1, self.dim)[-self.memory_size :]
+        entry = self._entries[row]
+        entry.learned = [r.copy() for r in rows]  # a new list: a running fit keeps the old one
+        entry.learned_seen = max(int(seen), len(entry.learned))
+        entry.bad = int(bad)
+        self._changed(row)
 
     # --- prototypes ----------------------------------------------------------------------
     def refit(self) -> bool:
-        """Fit the discriminative directions on every agent's texts; False when skipped.
+        """`fit_directions` then `apply_fit`, in the caller's thread; False when skipped."""
+        return self.apply_fit(self.fit_directions())
 
-        A softmax layer over all agents (initialised from the centroid cosines, no
-        regularisation) trained with Adam for `FitConfig.steps`. Until the next refit,
-        new or changed agents use their centroid alone. Costs about a second for 150
-        agents with 5 examples; skipped past `FitConfig.max_cells`.
+    def fit_directions(self) -> FitResult:
+        """Genre means and the softmax layer over every agent's texts, from a snapshot.
+
+        Pure: reads the index, never mutates it, so it may run in a worker thread while
+        the event loop keeps adding, removing and learning (entries' arrays are replaced,
+        never written in place). About half a second for 150 agents with 25 texts each;
+        the softmax is skipped past `FitConfig.max_cells` (texts x agents).
         """
         cfg = self.fit_config
-        n = len(self)
-        self.dirty = False
-        if n < 2 or cfg.mix <= 0:
-            for row in range(n):
-                self._refresh_row(row, fitted=np.zeros(self.dim, np.float32))
-            return False
-        blocks = [e.vectors() for e in self._entries]
-        x = np.concatenate(blocks)
-        y = np.repeat(np.arange(n), [len(b) for b in blocks])
-        if x.shape[0] * n > cfg.max_cells:
-            logger.info("refit skipped: %d texts x %d agents over max_cells", x.shape[0], n)
-            for row in range(n):
-                self._refresh_row(row, fitted=np.zeros(self.dim, np.float32))
-            return False
-        w0 = (self.centroids * cfg.scale).T.copy()
-        w = _fit_softmax(x, y, w0, steps=cfg.steps, lr=cfg.learning_rate)
-        fitted = _unit(w.T)
-        for row in range(n):
-            self._refresh_row(row, fitted=fitted[row])
-        return True
+        version = self._version
+        entries = list(self._entries)
+        agents = {e.agent_id: e.version for e in entries}
+        caps = [e.capability for e in entries]
+        requests = [e.requests() for e in entries]
+        dim = self.dim
+        if not entries:
+            zero = np.zeros(dim, np.float32)
+            return FitResult(version, agents, zero, zero, None, None)
+        cap_mean = np.mean(caps, axis=0).astype(np.float32)
+        req_all = np.concatenate(requests)
+        req_mean = (
+            req_all.mean(axis=0).astype(np.float32) if len(req_all) else np.zeros(dim, np.float32)
+        )
+        n = len(entries)
+        texts = n + len(req_all)
+        if n < 2 or cfg.logprob_weight <= 0 or texts * n > cfg.max_cells:
+            if texts * n > cfg.max_cells:
+                logger.info("softmax fit skipped: %d texts x %d agents over max_cells", texts, n)
+            return FitResult(version, agents, cap_mean, req_mean, None, None)
+        cap_c = _unit(np.stack(caps) - cap_mean)
+        req_c = _unit(req_all - req_mean) if len(req_all) else np.empty((0, dim), np.float32)
+        owner = np.repeat(np.arange(n), [len(r) for r in requests])
+        centroids = np.zeros((n, dim), np.float32)
+        np.add.at(centroids, owner, req_c)
+        centroids = _unit(centroids + np.float32(cfg.capability_weight) * cap_c)
+        x = np.concatenate([cap_c, req_c])
+        y = np.concatenate([np.arange(n), owner])
+        w, b = _fit_softmax(
+            x, y, (centroids * cfg.scale).T, steps=cfg.steps, lr=cfg.learning_rate
+        )
+        return FitResult(version, agents, cap_mean, req_mean, w.T.copy(), b)
 
-    def _refresh_row(self, row: int, *, fitted: F32 | None) -> None:
+    def apply_fit(self, result: FitResult) -> bool:
+        """Install a `FitResult` (on the event loop); returns `result.fitted`.
+
+        Agents changed, added or removed since the snapshot keep an unfitted row
+        (``scale * centroid``, no bias) until the next fit; `dirty` stays True then.
+        """
+        self._capability_mean = result.capability_mean
+        self._request_mean = result.request_mean
+        self._use_softmax = result.fitted
+        fitted_rows = {a: i for i, a in enumerate(result.agents)}
+        for row, entry in enumerate(self._entries):
+            i = fitted_rows.get(entry.agent_id)
+            fresh = i is not None and result.agents[entry.agent_id] == entry.version
+            if fresh and result.weights is not None and result.biases is not None:
+                assert i is not None
+                self._weights[row] = result.weights[i]
+                self._biases[row] = result.biases[i]
+                self._is_fitted[row] = True
+            else:
+                self._is_fitted[row] = False
+            self._refresh_row(row)
+        self.dirty = self._version != result.version
+        return result.fitted
+
+    def _changed(self, row: int) -> None:
+        # one index-wide counter: a removed and re-added agent never reuses a version
+        self._version += 1
+        self._entries[row].version = self._version
+        self._refresh_row(row)
+        self.dirty = True
+
+    def _refresh_row(self, row: int) -> None:
         entry = self._entries[row]
-        centroid = _unit(entry.vectors().mean(axis=0))
+        cfg = self.fit_config
+        cap = _unit(entry.capability - self._capability_mean)
+        req = _unit(entry.requests() - self._request_mean).sum(axis=0)
+        centroid = _unit(req + np.float32(cfg.capability_weight) * cap)
         self._centroids[row] = centroid
-        if fitted is None:
-            # unchanged direction from the last fit; new agents have none yet
-            fitted = self._fitted[row] if self._fitted[row].any() else centroid
-        self._fitted[row] = fitted
-        self._protos[row] = _unit(centroid + self.fit_config.mix * fitted)
+        if not self._is_fitted[row]:
+            self._weights[row] = centroid * np.float32(cfg.scale)
+            self._biases[row] = 0.0
+        weight = np.float32(cfg.logprob_weight if self._use_softmax else 0.0)
+        self._sim_rows[row] = centroid + weight * self._weights[row]
+        self._sim_bias[row] = weight * self._biases[row]
 
     # --- storage -------------------------------------------------------------------------
     def _arrays(self) -> list[NDArray[np.generic]]:
         return [
-            self._centroids, self._fitted, self._protos, self._load, self._max_conc,
-            self._success, self._idle, self._routable, self._priority, self._completed,
+            self._centroids, self._weights, self._biases, self._is_fitted, self._sim_rows,
+            self._sim_bias, self._load, self._max_conc, self._success, self._idle,
+            self._routable, self._priority, self._completed,
         ]
 
     def _grow(self, need: int) -> None:
-        cap = self._protos.shape[0]
+        cap = self._centroids.shape[0]
         if need <= cap:
             return
         new_cap = max(need, cap * 2)
         for name in (
-            "_centroids", "_fitted", "_protos", "_load", "_max_conc", "_success", "_idle",
-            "_routable", "_priority", "_completed",
+            "_centroids", "_weights", "_biases", "_is_fitted", "_sim_rows", "_sim_bias",
+            "_load", "_max_conc", "_success", "_idle", "_routable", "_priority", "_completed",
         ):
             old = getattr(self, name)
             new = np.zeros((new_cap, *old.shape[1:]), old.dtype)
@@ -403,8 +561,10 @@ class CapabilityIndex:
             self._by_keyword.get(kw[0], set()).discard(entry.agent_id)
 
 
-def _fit_softmax(x: F32, y: NDArray[np.int64], w0: F32, *, steps: int, lr: float) -> F32:
-    """Multinomial logistic regression from `w0` with Adam; returns ``(dim, n)`` weights."""
+def _fit_softmax(
+    x: F32, y: NDArray[np.int64], w0: F32, *, steps: int, lr: float
+) -> tuple[F32, F32]:
+    """Multinomial logistic regression from `w0` with Adam: ``(dim, n)`` weights, biases."""
     w = w0.astype(np.float32, copy=True)
     b = np.zeros(w.shape[1], np.float32)
     onehot = np.zeros((x.shape[0], w.shape[1]), np.float32)
@@ -426,4 +586,4 @@ def _fit_softmax(x: F32, y: NDArray[np.int64], w0: F32, *, steps: int, lr: float
             m_hat = m / (1 - beta1**t)
             v_hat = v / (1 - beta2**t)
             param -= lr * m_hat / (np.sqrt(v_hat) + eps)
-    return w
+    return w, b

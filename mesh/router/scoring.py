@@ -1,5 +1,8 @@
 """Score every live agent for one query in a single numpy pass. Pure: no I/O, no clock.
 
+``similarity`` is `CapabilityIndex.similarity`: the cosine to the agent's centroid plus a
+small non-positive ``log p(agent | query)`` penalty from the fitted softmax, so it lives on
+the cosine scale and the threshold is an absolute cut on it (see `mesh.router.index`).
 ``total = w_semantic * similarity + keyword + w_load * (1 - load/max) + w_idle * idle
 + w_history * success_rate + priority_bonus * priority``. An agent is *eligible* when it
 is routable, matches the required tags, and ``similarity + keyword`` clears the
@@ -190,7 +193,7 @@ def score(
     `rng` drives exploration; without one no exploration happens.
     """
     n = len(index)
-    sim = index.prototypes @ np.asarray(query, np.float32)
+    sim = index.similarity(query)
     kw = (
         index.keyword_hits(query_text) * np.float32(weights.keyword_boost)
         if query_text and weights.keyword_boost

@@ -88,14 +88,48 @@ def test_learning_moves_the_prototype() -> None:
 
 def test_refit_separates_overlapping_agents() -> None:
     index = CapabilityIndex(DIM, fit=FitConfig(steps=200))
-    shared = unit(0)
     index.add("a", unit(0, 1), np.stack([unit(0, 1, noise=0.05, seed=s) for s in range(4)]))
     index.add("b", unit(0, 2), np.stack([unit(0, 2, noise=0.05, seed=s) for s in range(4)]))
-    gap_before = float(index.prototypes[0] @ unit(0, 1) - index.prototypes[1] @ unit(0, 1))
+    index.add("c", unit(3), np.stack([unit(3, noise=0.05, seed=s) for s in range(4)]))
+    q = unit(0, 1, noise=0.05, seed=9)
+    before = index.similarity(q)
+    assert index.refit() and not index.dirty and index.fitted
+    after = index.similarity(q)
+    assert int(np.argmax(after)) == 0
+    # the similarity never exceeds the centroid cosine: the threshold stays a cosine cut
+    cos = index.prototypes @ index.center_query(q)
+    assert np.all(after <= cos + 1e-6) and before.shape == after.shape
+
+
+def test_fit_in_two_steps_ignores_agents_changed_meanwhile() -> None:
+    index = CapabilityIndex(DIM)
+    for i in range(3):
+        add(index, f"a{i}", i)
+    result = index.fit_directions()
+    assert result.fitted and set(result.agents) == {"a0", "a1", "a2"}
+    index.learn("a1", unit(5), good=True)  # changed after the snapshot
+    index.remove("a2")
+    add(index, "a2", 7)  # removed and re-added: a new version, never the old one
+    assert index.apply_fit(result) and index.dirty
+    assert index._is_fitted[index.row("a0")]
+    assert not index._is_fitted[index.row("a1")] and not index._is_fitted[index.row("a2")]
     assert index.refit() and not index.dirty
-    gap_after = float(index.prototypes[0] @ unit(0, 1) - index.prototypes[1] @ unit(0, 1))
-    assert gap_after > gap_before
-    assert float(index.prototypes[0] @ shared) < 1.0
+    assert index._is_fitted[: len(index)].all()
+
+
+def test_set_memory_replaces_the_reservoir() -> None:
+    index = CapabilityIndex(DIM, memory_size=3)
+    add(index, "a", 0)
+    add(index, "b", 5)
+    index.refit()
+    before = float(index.similarity(unit(3))[0])
+    vectors = np.stack([unit(3, noise=0.1, seed=s) for s in range(5)])
+    index.set_memory("a", vectors, seen=12, bad=2)
+    entry = index.entry("a")
+    assert len(entry.learned) == 3 and entry.learned_seen == 12 and entry.bad == 2
+    np.testing.assert_array_equal(entry.learned[-1], vectors[-1])
+    assert index.dirty and float(index.similarity(unit(3))[0]) > before
+    index.set_memory("ghost", vectors, seen=1, bad=0)  # unknown agent: ignored
 
 
 def test_refit_skips_when_too_large_and_stats_roundtrip() -> None:
