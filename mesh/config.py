@@ -90,6 +90,8 @@ class Settings(BaseModel):
     breaker_min_calls: int = 4
     breaker_open_s: float = 30.0
     embed_batch_size: int = Field(default=64, ge=1)
+    #: how often the router refits its prototypes when agents or memories changed
+    refit_interval_s: float = Field(default=5.0, gt=0)
 
     # --- dispatch ------------------------------------------------------------------------
     accept_timeout_ms: int = Field(default=5_000, ge=50)

@@ -86,5 +86,9 @@ class BreakerBoard:
             b.outcomes.clear()
         return self.state(agent_id)
 
+    def blocked(self) -> set[str]:
+        """Agents the router must not choose now (open, or half-open with a probe out)."""
+        return {a for a in self._breakers if not self.allows(a)}
+
     def forget(self, agent_id: str) -> None:
         self._breakers.pop(agent_id, None)

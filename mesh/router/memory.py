@@ -1,54 +1,74 @@
-"""The learned example memory of each agent, kept in Redis so it survives router restarts.
+"""What the mesh learns from outcomes, kept in Redis so it survives router restarts.
 
-Per agent a bounded reservoir (Algorithm R, `example_memory_size` slots, default 50) of the
-texts of tasks it completed well, plus a count of bad outcomes (bad feedback, rejections).
-Every outcome is counted once per task_id, whichever router or client reports it, so
-competing routers and repeated feedback cannot inflate the memory.
+Per agent:
+- a bounded reservoir (Algorithm R, `example_memory_size` slots, default 50) of the texts
+  of tasks it completed well (completed and not rerouted, or `good` feedback);
+- outcome counters (completed, failed, rejected, good and bad feedback), from which the
+  router derives the success rate it weighs.
+
+Every outcome is counted once per (task_id, kind), whichever router or client reports it,
+so competing routers and repeated feedback cannot inflate the memory or the counters.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from mesh.keys import Keys
 
-#: KEYS: memory hash, once-per-task marker; ARGV: text, size, good (1/0), marker ttl, random
+Kind = Literal["completed", "failed", "rejected", "good", "bad"]
+
+#: KEYS: memory hash, stats hash, once-per-outcome marker
+#: ARGV: kind, text ('' = nothing to learn), size, marker ttl, random
 _RECORD_LUA = """
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
+if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
   return -1
 end
-if ARGV[3] ~= '1' then
-  redis.call('HINCRBY', KEYS[1], 'bad', 1)
-  return -2
-end
-local size = tonumber(ARGV[2])
+redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+if ARGV[2] == '' then return -2 end
+local size = tonumber(ARGV[3])
 local n = redis.call('HINCRBY', KEYS[1], 'seen', 1)
 local slot = n - 1
 if n > size then
   slot = tonumber(ARGV[5]) % n
   if slot >= size then return -3 end
 end
-redis.call('HSET', KEYS[1], 'slot:' .. slot, ARGV[1])
+redis.call('HSET', KEYS[1], 'slot:' .. slot, ARGV[2])
 return slot
 """
 
-#: how long the once-per-task marker lives (feedback later than this counts again)
+#: how long the once-per-outcome marker lives (a report later than this counts again)
 MARKER_TTL_S = 7 * 86_400
 
 
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """One agent's learned texts and counters."""
+    """One agent's learned texts and outcome counters."""
 
     texts: tuple[str, ...]
     seen: int
-    bad: int
+    completed: int = 0
+    failed: int = 0
+    rejected: int = 0
+    good: int = 0
+    bad: int = 0
+
+    @property
+    def success_rate(self) -> float:
+        """Share of good outcomes, with a uniform prior (1.0 with no history... almost)."""
+        ok = self.completed + self.good
+        total = ok + self.failed + self.rejected + self.bad
+        return (ok + 1.0) / (total + 1.0)
+
+    @property
+    def outcomes(self) -> int:
+        return self.completed + self.failed + self.rejected
 
 
 class ExampleMemory:
-    """Reads and records learned examples in Redis."""
+    """Reads and records outcomes and learned examples in Redis."""
 
     def __init__(self, redis: Any, keys: Keys, size: int = 50) -> None:
         self.redis = redis
@@ -56,36 +76,43 @@ class ExampleMemory:
         self.size = size
         self._rng = random.Random()
 
-    async def record(self, agent_id: str, task_id: str, text: str, *, good: bool) -> bool:
-        """Count one outcome of `task_id` for `agent_id`; False when it was counted before.
+    async def record(
+        self, agent_id: str, task_id: str, kind: Kind, *, learn_text: str | None = None
+    ) -> bool:
+        """Count one outcome of `task_id`; with `learn_text`, offer it to the reservoir.
 
-        `task_id` may be suffixed by the caller to separate kinds of outcome (a task's
-        completion and later feedback on it are two outcomes).
+        Returns False when this (task_id, kind) was already counted.
         """
         answer = await self.redis.eval(
             _RECORD_LUA,
-            2,
+            3,
             self.keys.memory(agent_id),
-            self.keys.memory_marker(agent_id, task_id),
-            text,
+            self.keys.stats(agent_id),
+            self.keys.memory_marker(agent_id, f"{task_id}:{kind}"),
+            kind,
+            learn_text or "",
             self.size,
-            "1" if good else "0",
             MARKER_TTL_S,
             self._rng.randrange(1 << 30),
         )
         return int(answer) != -1
 
     async def load(self, agent_id: str) -> Memory:
-        raw: dict[bytes, bytes] = await self.redis.hgetall(self.keys.memory(agent_id))
-        texts = []
-        for field, value in sorted(raw.items()):
-            if field.startswith(b"slot:"):
-                texts.append(value.decode())
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.memory(agent_id))
+        pipe.hgetall(self.keys.stats(agent_id))
+        raw, stats = await pipe.execute()
+        texts = [v.decode() for f, v in sorted(raw.items()) if f.startswith(b"slot:")]
+        counts = {k.decode(): int(v) for k, v in stats.items()}
         return Memory(
             texts=tuple(texts),
             seen=int(raw.get(b"seen", 0)),
-            bad=int(raw.get(b"bad", 0)),
+            completed=counts.get("completed", 0),
+            failed=counts.get("failed", 0),
+            rejected=counts.get("rejected", 0),
+            good=counts.get("good", 0),
+            bad=counts.get("bad", 0),
         )
 
     async def forget(self, agent_id: str) -> None:
-        await self.redis.delete(self.keys.memory(agent_id))
+        await self.redis.delete(self.keys.memory(agent_id), self.keys.stats(agent_id))

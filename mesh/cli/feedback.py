@@ -1,0 +1,41 @@
+"""`mesh feedback TASK_ID good|bad`: teach the router from a routed task's outcome."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from mesh.config import Settings
+from mesh.connection import connect
+from mesh.messaging import Publisher
+from mesh.router.feedback import UnknownTask, give_feedback
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("feedback", help="tell the router whether a routed task went well")
+    p.add_argument("task_id")
+    p.add_argument("verdict", choices=("good", "bad"))
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    async def go() -> int:
+        async with await connect(settings, name="mesh-feedback") as conn:
+            publisher = Publisher(conn)
+            await publisher.start()
+            try:
+                agent_id, counted = await give_feedback(
+                    conn, publisher, args.task_id, args.verdict == "good"
+                )
+            except UnknownTask as exc:
+                print(f"mesh: {exc}", file=sys.stderr)
+                return 1
+            finally:
+                await publisher.close()
+        note = "" if counted else " (already recorded before; not counted again)"
+        print(f"feedback {args.verdict} on task {args.task_id} for agent {agent_id}{note}")
+        return 0
+
+    return asyncio.run(go())

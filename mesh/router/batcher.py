@@ -1,0 +1,60 @@
+"""Micro-batching of query embeddings: envelopes queued together are embedded together.
+
+`QueryBatcher.embed(text)` returns the text's vector. Texts that arrive while a batch is
+being embedded wait for the next one, which takes up to `batch_size` of them in one call
+of the embedder (in a worker thread, so the event loop keeps consuming). A single query on
+an idle router is embedded at once: batching adds no latency, it only absorbs bursts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mesh.router.embedding import Embedder
+
+logger = logging.getLogger(__name__)
+
+
+class QueryBatcher:
+    def __init__(self, embedder: Embedder, batch_size: int = 64) -> None:
+        self.embedder = embedder
+        self.batch_size = batch_size
+        self._queue: list[tuple[str, asyncio.Future[NDArray[np.float32]]]] = []
+        self._running: asyncio.Task[None] | None = None
+        self.batches = 0
+        self.texts = 0
+
+    async def embed(self, text: str) -> NDArray[np.float32]:
+        fut: asyncio.Future[NDArray[np.float32]] = asyncio.get_running_loop().create_future()
+        self._queue.append((text, fut))
+        if self._running is None or self._running.done():
+            self._running = asyncio.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
+            texts = [t for t, _ in batch]
+            try:
+                vectors = await asyncio.to_thread(self.embedder.embed, texts)
+            except Exception as exc:  # handed to every waiter; the batcher keeps going
+                logger.error("embedding a batch of %d failed", len(texts), exc_info=True)
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            self.batches += 1
+            self.texts += len(texts)
+            for (_, fut), vec in zip(batch, vectors, strict=True):
+                if not fut.done():
+                    fut.set_result(vec)
+
+    async def close(self) -> None:
+        task, self._running = self._running, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,61 @@
+"""Explicit feedback on a routed task (`mesh feedback TASK_ID good|bad`, `MeshClient.feedback`).
+
+At dispatch the router records which agent took a task and the task's text (24 h). Feedback
+looks that up: `good` adds the text to the agent's example memory, `bad` counts against the
+agent; then a `route.feedback` event tells every router to reload that agent's memory.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from mesh.connection import MeshConnection
+from mesh.errors import MeshError
+from mesh.messaging import Publisher
+from mesh.router.memory import ExampleMemory
+from schemas import Event
+
+#: how long a routed task can still receive feedback
+ROUTE_RECORD_TTL_S = 86_400
+
+
+class UnknownTask(MeshError, LookupError):
+    """No routing record for that task_id (never routed semantically, or older than 24 h)."""
+
+
+async def record_route(
+    conn: MeshConnection, task_id: str, agent_id: str, text: str, rerouted: bool
+) -> None:
+    """Remember who took `task_id` and for which text, for later feedback."""
+    key = conn.keys.outcome(task_id)
+    pipe = conn.redis.pipeline(transaction=False)
+    pipe.hset(key, mapping={"agent_id": agent_id, "text": text, "rerouted": int(rerouted)})
+    pipe.expire(key, ROUTE_RECORD_TTL_S)
+    await pipe.execute()
+
+
+async def give_feedback(
+    conn: MeshConnection, publisher: Publisher, task_id: str, good: bool
+) -> tuple[str, bool]:
+    """Record feedback on `task_id`; returns (agent_id, counted) -- False if given before.
+
+    Raises:
+        UnknownTask: the task has no routing record.
+    """
+    raw = cast(dict[bytes, bytes], await conn.redis.hgetall(conn.keys.outcome(task_id)))
+    if not raw:
+        raise UnknownTask(
+            f"no routing record for task_id={task_id!r}: it was not routed semantically "
+            "or is older than 24 h"
+        )
+    agent_id = raw[b"agent_id"].decode()
+    text = raw[b"text"].decode()
+    memory = ExampleMemory(conn.redis, conn.keys, conn.settings.example_memory_size)
+    counted = await memory.record(
+        agent_id, task_id, "good" if good else "bad", learn_text=text if good else None
+    )
+    await publisher.emit(
+        Event(type="route.feedback", task_id=task_id, agent_id=agent_id,
+              data={"good": good, "counted": counted})
+    )
+    return agent_id, counted
