@@ -249,8 +249,9 @@ class RegistrySession:
                 next_at = time.monotonic()
             try:
                 await self._beat()
-            except (aio_pika.exceptions.AMQPError, RuntimeError, ConnectionError):
-                logger.warning("heartbeat of %s not sent", self.instance_id, exc_info=True)
+            except (aio_pika.exceptions.AMQPError, RuntimeError, ConnectionError) as exc:
+                # the robust connection reconnects; the next beat tries again
+                logger.warning("heartbeat of %s not sent: %r", self.instance_id, exc)
 
     async def _beat(self) -> None:
         if self._registry_ex is None or self._queue is None or self._token is None:
