@@ -73,7 +73,9 @@ class RouterService:
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
-        self._queue = await channel.get_queue(self.topology.router_queue, ensure=False)
+        # passive declare (not ensure=False): a robust channel only restores the
+        # consumers of queues it declared, so this is what survives a broker restart
+        self._queue = await channel.get_queue(self.topology.router_queue, ensure=True)
         self._consumer_tag = await self._queue.consume(self._on_message)
         logger.info("router consuming %s", self.topology.router_queue)
 

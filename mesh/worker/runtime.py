@@ -100,7 +100,8 @@ class WorkerRuntime:
             share = max(1, round(self.agent.max_concurrency * weight / total))
             channel = await self.conn.channel(confirms=False, prefetch=share)
             self._channels.append(channel)
-            queue = await channel.get_queue(name, ensure=False)
+            # passive declare: tracked by the robust channel, consumer restored on reconnect
+            queue = await channel.get_queue(name, ensure=True)
             tag = await queue.consume(self._on_message)
             self._consumers.append((queue, tag))
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
