@@ -18,6 +18,7 @@ from aiormq.exceptions import PublishError
 
 from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
+from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
 from mesh.errors import NotStarted
 from mesh.messaging import Publisher
@@ -29,6 +30,9 @@ from schemas.codec import peek
 from schemas.result import ErrorInfo, Status
 
 logger = logging.getLogger(__name__)
+
+#: how often each router looks for orphaned tasks (past the maximum task lifetime)
+REAPER_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,8 @@ class RouterService:
         self._consumer_tag: str | None = None
         self.handled = 0
         self.duplicates = 0
+        self.reaper = Reaper(self.store, self.publisher, conn.settings.lease_ttl_s)
+        self._reaper_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.publisher.start()
@@ -77,9 +83,14 @@ class RouterService:
         # consumers of queues it declared, so this is what survives a broker restart
         self._queue = await channel.get_queue(self.topology.router_queue, ensure=True)
         self._consumer_tag = await self._queue.consume(self._on_message)
+        self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
         logger.info("router consuming %s", self.topology.router_queue)
 
     async def close(self) -> None:
+        reaper, self._reaper_task = self._reaper_task, None
+        if reaper is not None:
+            reaper.cancel()
+            await asyncio.gather(reaper, return_exceptions=True)
         queue, self._queue = self._queue, None
         if queue is not None and self._consumer_tag is not None:
             try:
