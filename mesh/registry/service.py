@@ -98,7 +98,9 @@ class RegistryService:
         await self.topology.declare(self.publisher.channel)
         self._store = LeaseStore(self.conn.redis, self.conn.keys, self.settings.lease_ttl_s)
         self._channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
-        queue = await self._channel.get_queue(self.topology.registry, ensure=False)
+        # passive declare (not ensure=False): a robust channel restores only the consumers
+        # of queues it declared, so this is what survives a broker restart
+        queue = await self._channel.get_queue(self.topology.registry, ensure=True)
         tag = await queue.consume(self._on_message, no_ack=True)
         self._consumer = (queue, tag)
         self._tasks = [
