@@ -23,5 +23,5 @@ def error_result(
         status=status,
         error=ErrorInfo(code=code, message=message, details=details or {}),
         hops=envelope.hops,
-        **extra,
+        **{"route": envelope.route, **extra},
     )

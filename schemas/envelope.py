@@ -8,6 +8,7 @@ import orjson
 from pydantic import Field, ValidationInfo, field_validator
 
 from schemas._base import SCHEMA_VERSION, WireModel, new_id
+from schemas.result import RouteInfo
 
 #: default cap on the encoded payload; `Settings.max_payload_bytes` overrides it per call
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
@@ -53,6 +54,9 @@ class TaskEnvelope(WireModel):
     )
     trajectory: list[Identifier] = Field(
         default_factory=list, max_length=1_000, description="agent_ids the trace visited"
+    )
+    route: RouteInfo | None = Field(
+        default=None, description="how the router chose the agent; copied into the Result"
     )
 
     @field_validator("payload")

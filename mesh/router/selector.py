@@ -55,7 +55,7 @@ OUTCOME_KINDS: dict[str, Kind] = {
     "task.completed": "completed",
     "task.failed": "failed",
     "task.expired": "failed",
-    "task.rejected": "rejected",
+    "task.rerouting": "rejected",  # only when the worker says it rejected the task
 }
 
 
@@ -122,8 +122,7 @@ class SemanticSelector:
         queue = await self._events_channel.declare_queue(
             self.conn.topology.selector_queue(new_id()[:12]), exclusive=True, auto_delete=True
         )
-        for pattern in ("task.completed", "task.failed", "task.expired", "task.rejected",
-                        "route.feedback"):
+        for pattern in (*OUTCOME_KINDS, "route.feedback"):
             await queue.bind(self.conn.topology.events, routing_key=pattern)
         await queue.consume(self._on_event, no_ack=True)
         self._loop_task = asyncio.create_task(self._maintain())
@@ -163,7 +162,7 @@ class SemanticSelector:
             vectors = await self.vectors.embed([reg.capability_text, *reg.examples])
             self.index.add(
                 agent_id, vectors[0], vectors[1:], tags=reg.tags, keywords=reg.keywords,
-                stats=self._stats(state, now),
+                stats=self._stats(state, now), texts=[reg.capability_text, *reg.examples],
             )
             self._registered[agent_id] = signature
             self._memory_dirty.add(agent_id)
@@ -235,7 +234,9 @@ class SemanticSelector:
             for kind in ("completed", "failed", "rejected", "good", "bad"):
                 counts[kind] = max(counts.get(kind, 0), getattr(memory, kind))
             vectors = await self.vectors.embed(list(memory.texts))
-            self.index.set_memory(agent_id, vectors, seen=memory.seen, bad=memory.bad)
+            self.index.set_memory(
+                agent_id, vectors, seen=memory.seen, bad=memory.bad, texts=list(memory.texts)
+            )
             state = self.snapshot.agent(agent_id)
             if state is not None:
                 self.index.set_stats(agent_id, self._stats(state, now_ms()))
@@ -402,7 +403,7 @@ class SemanticSelector:
             self._wake.set()
             return
         kind = OUTCOME_KINDS.get(event.type)
-        if kind is None:
+        if kind is None or (kind == "rejected" and "rejected" not in event.data):
             return
         if kind == "completed":
             self.breakers.record(agent_id, True)

@@ -282,6 +282,7 @@ class RouterService:
     async def dispatch(self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes) -> None:
         expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
         key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
+        envelope = envelope.model_copy(update={"route": choice.route})
         # recorded before the publish: a fast worker may claim the task before the confirm
         # comes back; a router dying in between leaves `dispatched`, which a redelivery
         # of the ingress message resumes (a second copy is absorbed by the worker's claim)

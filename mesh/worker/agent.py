@@ -7,12 +7,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mesh.errors import ConfigError
-from schemas import Registration, TaskEnvelope
+from schemas import BidRequest, Registration, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.worker.context import TaskContext
 
 Handler = Callable[[TaskEnvelope, "TaskContext"], Awaitable[dict[str, Any]]]
+#: answers a call for bids: a confidence in [0, 1], or None to stay out
+Bidder = Callable[[BidRequest], Awaitable[float | None]]
 
 
 @dataclass(slots=True)
@@ -25,6 +27,7 @@ class Agent:
     agent_id: str
     capability_text: str
     handler_fn: Handler | None = None
+    bidder_fn: Bidder | None = None
     examples: list[str] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
     keywords: list[str] = field(default_factory=list)
@@ -37,6 +40,16 @@ class Agent:
     def handler(self, fn: Handler) -> Handler:
         """Decorator: ``@agent.handler async def handle(task, ctx) -> dict``."""
         self.handler_fn = fn
+        return fn
+
+    def bidder(self, fn: Bidder) -> Bidder:
+        """Decorator: ``@agent.bidder async def bid(request) -> float | None``.
+
+        Called when the router finds no agent above its threshold and asks the closest
+        candidates how sure they are (a call for bids); the most confident one gets the task.
+        Agents without a bidder never bid.
+        """
+        self.bidder_fn = fn
         return fn
 
     def require_handler(self) -> Handler:

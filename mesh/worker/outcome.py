@@ -110,6 +110,7 @@ async def settle(
             output=outcome.output or {},
             timings=timings,
             hops=envelope.hops,
+            route=envelope.route,
             **ids,
         )
     elif outcome.kind == "retry":

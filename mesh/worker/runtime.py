@@ -29,6 +29,7 @@ from mesh.retrying import quietly, with_retries
 from mesh.topology import DELAY_HEADER
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
+from mesh.worker.control import ControlConsumer
 from mesh.worker.membership import Membership, StaticMembership
 from mesh.worker.outcome import TRANSIENT_ERRORS, Outcome, nearest_delay, settle
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms
@@ -68,6 +69,9 @@ class WorkerRuntime:
         #: task_id -> the local run, so a redelivery of a running task waits for it
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._client: MeshClient | None = None
+        self.control = ControlConsumer(
+            conn, agent, self.instance_id, self.publisher, lambda: self.in_flight
+        )
         self._client_lock = asyncio.Lock()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -104,6 +108,7 @@ class WorkerRuntime:
             queue = await channel.get_queue(name, ensure=True)
             tag = await queue.consume(self._on_message)
             self._consumers.append((queue, tag))
+        await self.control.start()
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
 
     async def client(self) -> MeshClient:
@@ -349,6 +354,7 @@ class WorkerRuntime:
 
     async def drain(self, grace_s: float = 30.0) -> None:
         """Stop taking tasks, finish (or cancel) in-flight ones, deregister, close."""
+        await self.control.close()  # a draining instance no longer bids
         for queue, tag in self._consumers:
             try:
                 await queue.cancel(tag)
@@ -365,6 +371,7 @@ class WorkerRuntime:
         await self.close()
 
     async def close(self) -> None:
+        await self.control.close()
         client, self._client = self._client, None
         if client is not None:
             await client.close()

@@ -1,0 +1,89 @@
+"""The worker's control queue: answers calls for bids with the agent's `bidder`.
+
+Each instance owns an exclusive, auto-delete queue on `mesh.control`, bound to
+``instance.<instance_id>`` and ``agent.<agent_id>``; a call for bids to an agent reaches
+every instance, and each answers with its own confidence and current load. Bids are
+transient and sent without confirms: a lost bid just does not count.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from mesh.connection import MeshConnection
+from mesh.messaging import Publisher
+from mesh.topology import declare_spec
+from mesh.worker.agent import Agent
+from schemas import Bid, BidRequest, InvalidEnvelope, decode, encode, now_ms
+
+logger = logging.getLogger(__name__)
+
+
+class ControlConsumer:
+    """Consumes one instance's control queue (started only for agents with a bidder)."""
+
+    def __init__(
+        self,
+        conn: MeshConnection,
+        agent: Agent,
+        instance_id: str,
+        publisher: Publisher,
+        load: Callable[[], int],
+    ) -> None:
+        self.conn = conn
+        self.agent = agent
+        self.instance_id = instance_id
+        self.publisher = publisher
+        self.load = load
+        self._channel: AbstractChannel | None = None
+        self.bids = 0
+
+    async def start(self) -> None:
+        if self._channel is not None or self.agent.bidder_fn is None:
+            return
+        topology = self.conn.topology
+        self._channel = await self.conn.channel(confirms=False, prefetch=16)
+        await declare_spec(
+            self._channel, topology.instance_spec(self.agent.agent_id, self.instance_id)
+        )
+        queue = await self._channel.get_queue(topology.instance_queue(self.instance_id))
+        await queue.consume(self._on_message, no_ack=True)
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        if message.type != "bid_request" or self.agent.bidder_fn is None:
+            return
+        try:
+            request = decode(BidRequest, message.body)
+        except InvalidEnvelope as exc:
+            logger.warning("unreadable call for bids dropped: %s", exc)
+            return
+        try:
+            confidence = await self.agent.bidder_fn(request)
+        except Exception:
+            logger.warning("bidder of %s failed; no bid", self.agent.agent_id, exc_info=True)
+            return
+        if confidence is None or now_ms() >= request.deadline_ms:
+            return
+        bid = Bid(
+            task_id=request.task_id,
+            agent_id=self.agent.agent_id,
+            instance_id=self.instance_id,
+            confidence=min(max(float(confidence), 0.0), 1.0),
+            load=float(self.load()) / max(self.agent.max_concurrency, 1),
+        )
+        await self.publisher.channel.default_exchange.publish(
+            aio_pika.Message(encode(bid), content_type="application/json"),
+            routing_key=request.reply_to,
+            mandatory=False,
+        )
+        self.bids += 1
+
+    async def close(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
+
