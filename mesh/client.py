@@ -140,6 +140,20 @@ class MeshClient:
                 if not waiters:
                     del self._waiters[envelope.task_id]
 
+    async def feedback(self, task_id: str, good: bool) -> str:
+        """Tell the router whether a routed task went well; returns the agent it went to.
+
+        `good` adds the task's text to that agent's example memory; bad counts against it.
+
+        Raises:
+            mesh.router.feedback.UnknownTask: no routing record (not routed semantically,
+                or older than 24 h).
+        """
+        from mesh.router.feedback import give_feedback
+
+        agent_id, _counted = await give_feedback(self.conn, self.publisher, task_id, good)
+        return agent_id
+
     async def close(self) -> None:
         channel, self._channel = self._channel, None
         self._reply_queue = None

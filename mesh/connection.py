@@ -22,6 +22,9 @@ from mesh.topology import Topology
 
 logger = logging.getLogger(__name__)
 
+#: seconds between reconnect attempts once running (aio-pika's default is 5)
+RECONNECT_INTERVAL_S = 1
+
 START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDIS_URL)"
 
 Redis = redis_asyncio.Redis
@@ -63,6 +66,8 @@ class MeshConnection:
                     s.amqp_url.get_secret_value(),
                     client_properties={"connection_name": self.name},
                     fail_fast="true",
+                    # after the first connect, recover quickly: 1 s between attempts
+                    reconnect_interval=str(RECONNECT_INTERVAL_S),
                 ),
                 timeout=s.connect_timeout_s,
             )
