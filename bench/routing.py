@@ -1,10 +1,12 @@
 """Decision time (embedding excluded) at 10 to 10,000 agents, and one-query embedding latency.
 
 Usage: ``python bench/routing.py [--no-embed]``. Goal: p99 < 2 ms at 10,000 agents.
-Agents get random unit vectors (5 examples each); decisions go through `scoring.score`
-exactly as the live router calls it. The index is given a softmax term at every size (past
-`FitConfig.max_cells` the live router skips the fit, but the bench times the costlier
-two-product path anyway), so the figures are the worst case.
+Agents get random unit vectors (5 examples each) and random texts drawn from a 5,000-word
+vocabulary (a capability text and 5 examples, as the live selector feeds the lexical channel);
+decisions go through `scoring.score` exactly as the live router calls it, query text included.
+The index is given a softmax term at every size (past `FitConfig.max_cells` the live router
+skips the fit, but the bench times the costlier two-product path anyway), so the figures
+are the worst case.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype(np.float32)
 
 
+#: common words every text shares (like "please", "my"): long postings in the lexical index
+COMMON = ("please", "can", "you", "my", "the", "what", "is", "for", "me", "how")
+
+
+def _words(rng: np.random.Generator, k: int) -> str:
+    picked = [f"w{int(j)}" for j in rng.zipf(1.3, k) % 5_000]
+    return " ".join([*rng.choice(COMMON, 3), *picked])
+
+
 def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
     index = CapabilityIndex(DIM, seed=0)
     for i in range(n):
@@ -37,6 +48,8 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
             f"agent-{i}", _unit(base), examples, tags={"team": str(i % 7)},
             keywords=(f"kw{i}",),
             stats=AgentStats(load=i % 3, max_concurrency=4, completed=i % 10),
+            texts=[f"handles requests about {_words(rng, 4)}"]
+            + [_words(rng, 8) for _ in range(5)],
         )
     fit = index.fit_directions()
     if not fit.fitted:  # too large to fit: install the initial weights to time that path
@@ -46,11 +59,12 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
     assert index.apply_fit(fit)
     weights = ScoreWeights.from_settings(Settings(), threshold=0.3)
     queries = _unit(rng.standard_normal((QUERIES, DIM)))
+    texts = [f"{_words(rng, 10)} kw3" for _ in range(QUERIES)]
     times = np.empty(QUERIES)
     pick = np.random.default_rng(1)
     for q in range(QUERIES):
         t0 = time.perf_counter()
-        score(index, queries[q], weights, query_text="please do kw3 now", rng=pick)
+        score(index, queries[q], weights, query_text=texts[q], rng=pick)
         times[q] = time.perf_counter() - t0
     return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3)
 

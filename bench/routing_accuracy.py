@@ -12,10 +12,20 @@ on ``learn.jsonl`` as a development set for the cold index, never on val:
 * cosine-softmax (AM-softmax, margins 0-0.35)             <= 0.800 / -
 * word-dropout / span-deletion augmentation of the texts  worse than none (0.78-0.80)
 * L2 pull of the softmax towards the centroids            worse (0.74-0.77)
-* shipped: genre-centred centroid (capability x3)
+* dense: genre-centred centroid (capability x3)
   + 0.1 * softmax log p (scale 30, 100 steps)             0.801 / 0.915, 0.944 / 0.969
-* shipped + 0.3 * IDF keyword coverage of the agent texts 0.811 / 0.917, 0.933 / 0.961
-  (needs the registration and learned texts in the index: not wired)
+* dense + 0.3 * IDF word coverage (earlier prototype)     0.811 / 0.917, 0.933 / 0.961
+* dense + max cosine to single examples (kNN, 0.1-0.5)    no gain on dev (0.821-0.822 vs 0.823)
+* dense - hub penalty (CSLS-like, from agents' texts)     no gain on dev
+* lexical variants, fused ``dense + w * lex`` (dev top-1 at best w, dev dense alone 0.823):
+  word / stemmed-word / char-4-gram tokens x idf coverage / BM25 / max over single texts:
+  0.825-0.831, all within half a point; re-ranking only the dense top 3-10: same
+* shipped: ``0.6 * dense + 0.4 * coverage``, coverage = idf-weighted share of the query's
+  char 4-grams (CJK bigrams) in the agent's pooled texts, best 16 dense rows
+  (weight 0.4 = additive w 0.67, the middle of the 0.5-1.0 dev plateau)
+                                                          0.810 / 0.919, 0.954 / 0.976
+  same at weight 0.2 / 0.3                                0.808 / 0.919, 0.808 / 0.920
+  (the cold 0.82 goal is not reached: on val the lexical channel adds ~1 point)
 """
 
 from __future__ import annotations

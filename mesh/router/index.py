@@ -1,7 +1,8 @@
 """The capability index: every live agent's vectors, stacked so a decision is one numpy pass.
 
-Per agent it keeps the capability-text vector, the registered example vectors and a
-bounded reservoir of learned vectors (texts of tasks the agent completed well).
+Per agent it keeps the capability-text vector, the registered example vectors, a bounded
+reservoir of learned vectors (texts of tasks the agent completed well) and, when given,
+the texts themselves for the lexical channel (`mesh.router.lexical`).
 
 Similarity method (measured with ``mesh calibrate``; every variant is listed in
 ``bench/routing_accuracy.py``):
@@ -16,13 +17,22 @@ Similarity method (measured with ``mesh calibrate``; every variant is listed in
    whole agent; the examples are single instances). ``cos = centroid . q`` is a cosine.
 3. *Discriminative term.* `refit()` fits a softmax layer over all agents on every agent's
    own centred texts (weights initialised at ``scale * centroid``, early-stopped). The
-   similarity adds ``logprob_weight * log p(agent | q)``: a non-positive penalty that is ~0
-   when the query is unambiguously this agent's and grows when other agents claim it.
+   dense similarity adds ``logprob_weight * log p(agent | q)``: a non-positive penalty that
+   is ~0 when the query is unambiguously this agent's and grows when other agents claim it.
+4. *Lexical channel.* ``coverage`` in [0, 1] is the idf-weighted share of the query's
+   character grams found in the agent's own texts (capability text, examples, learned
+   texts; `mesh.router.lexical`). It catches the rare words an embedding blurs (a bank
+   name, "routing", "pin").
 
-``similarity = cos + logprob_weight * log p``: on the cosine scale, never above the
-cosine, so an absolute threshold keeps its meaning (and without a fit it *is* the cosine).
-Fitting is split so the live router can run it in a worker thread: `fit_directions()`
-reads a snapshot and returns a `FitResult`; `apply_fit()` installs it on the event loop.
+``dense = cos + logprob_weight * log p`` (at most the cosine) and
+``similarity = (1 - lexical_weight) * dense + lexical_weight * coverage``: a weighted mean
+of a cosine and a share, so it is at most 1 (an agent's own text scores ~1) and an absolute
+threshold keeps its meaning. Without texts in the index the lexical channel is off and the
+similarity is ``dense``; without a fit ``dense`` is the cosine. The coverage is computed
+for the `LEXICAL_ROWS` rows with the best dense part only (the others count 0: a lower
+bound, far below the best rows), which keeps its cost independent of the number of agents.
+Fitting (`mesh.router.fitting`) is split so the live router can run it in a worker thread:
+`fit_directions()` reads a snapshot and returns a `FitResult`; `apply_fit()` installs it.
 
 Runtime stats (load, success rate...) live here too, in arrays aligned with the rows,
 so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
@@ -39,6 +49,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.router.embedding import Embedder
+from mesh.router.fitting import FitConfig, FitResult, fit_snapshot, unit
+from mesh.router.lexical import LexicalIndex
+
+__all__ = [
+    "AgentEntry",
+    "AgentStats",
+    "CapabilityIndex",
+    "FitConfig",
+    "FitResult",
+    "embed_registration",
+    "tokens",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,60 +70,20 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 #: statuses an agent can be routed to
 ROUTABLE = "up"
-#: past this many agents the softmax normaliser sums only the best rows (`similarity`)
-LSE_ROWS = 64
+#: past this many agents the softmax normaliser and the lexical coverage use only the rows
+#: with the best dense part (`similarity`)
+CANDIDATE_ROWS = 64
+#: former name of `CANDIDATE_ROWS`
+LSE_ROWS = CANDIDATE_ROWS
+#: the lexical coverage is computed for this many rows with the best dense part (on the
+#: CLINC150 dev set the right agent is among the best 10 for 98 % of the queries, and
+#: re-ranking the best 10 scored the same as scoring all 150)
+LEXICAL_ROWS = 10
 
 
 def tokens(text: str) -> list[str]:
     """Lower-case word tokens, the unit of keyword matching."""
     return _WORD.findall(text.lower())
-
-
-def _unit(rows: F32) -> F32:
-    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
-    out: F32 = (rows / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
-    return out
-
-
-@dataclass(frozen=True)
-class FitConfig:
-    """How the index builds prototypes and fits the softmax term (see the module docstring).
-
-    Defaults were chosen on CLINC150 with ``learn.jsonl`` as the development set for the
-    cold index (never the validation set): see ``bench/routing_accuracy.py``.
-    """
-
-    #: the capability vector counts this many times in the centroid (examples count once)
-    capability_weight: float = 3.0
-    #: weight of ``log p(agent | q)`` in the similarity (0 = centroid cosine only)
-    logprob_weight: float = 0.1
-    #: logit scale of the softmax at initialisation (centroid cosine times this)
-    scale: float = 30.0
-    #: Adam steps; few on purpose (early stopping is the regulariser)
-    steps: int = 100
-    learning_rate: float = 0.05
-    #: skip fitting when texts x agents exceeds this (cost grows with both)
-    max_cells: int = 20_000_000
-
-
-@dataclass(frozen=True)
-class FitResult:
-    """What `CapabilityIndex.fit_directions` computed from one snapshot of the index."""
-
-    #: index-wide change counter at the snapshot
-    version: int
-    #: per fitted agent: its change counter at the snapshot
-    agents: dict[str, int]
-    capability_mean: F32
-    request_mean: F32
-    #: ``(len(agents), dim)`` softmax weights and ``(len(agents),)`` biases, row order of
-    #: `agents`; None when fitting was skipped (too large, fewer than two agents, disabled)
-    weights: F32 | None
-    biases: F32 | None
-
-    @property
-    def fitted(self) -> bool:
-        return self.weights is not None
 
 
 @dataclass(frozen=True)
@@ -130,6 +112,10 @@ class AgentEntry:
     tags: dict[str, str] = field(default_factory=dict)
     keywords: tuple[tuple[str, ...], ...] = ()
     learned: list[F32] = field(default_factory=list)
+    #: registration texts fed to the lexical channel (capability text, examples)
+    texts: tuple[str, ...] = ()
+    #: the text of each `learned` vector, same order (None: learned without a text)
+    learned_texts: list[str | None] = field(default_factory=list)
     #: vectors offered to the reservoir so far (reservoir sampling needs it)
     learned_seen: int = 0
     bad: int = 0
@@ -166,6 +152,10 @@ class CapabilityIndex:
         self._rows: dict[str, int] = {}
         cap = 16
         self._centroids = np.zeros((cap, dim), np.float32)
+        #: unit centroids in the raw embedding space (no centering): the `match` gate
+        self._raw = np.zeros((cap, dim), np.float32)
+        #: per row: the agent's own request texts as unit vectors (examples, learned)
+        self._raw_texts: list[F32 | None] = [None] * cap
         #: softmax weights and biases per row; rows never fitted hold ``scale * centroid``
         self._weights = np.zeros((cap, dim), np.float32)
         self._biases = np.zeros(cap, np.float32)
@@ -181,6 +171,11 @@ class CapabilityIndex:
         self._routable = np.zeros(cap, np.bool_)
         self._priority = np.zeros(cap, np.float32)
         self._completed = np.zeros(cap, np.int64)
+        #: per row: the agent's slot in `_lexical`
+        self._lex_slots = np.zeros(cap, np.intp)
+        self._lexical = LexicalIndex()
+        #: texts held by the lexical channel; it is off while this is 0
+        self._lex_texts = 0
         self._by_tag: dict[tuple[str, str], set[str]] = {}
         self._by_keyword: dict[str, set[str]] = {}
         self._ids: tuple[str, ...] | None = None
@@ -233,27 +228,101 @@ class CapabilityIndex:
         out: F32 = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(np.float32, copy=False)
         return out
 
-    def similarity(self, query: F32) -> F32:
-        """Per row: ``cos(centroid, q) + logprob_weight * log p(agent | q)`` (module docstring).
+    def similarity(self, query: F32, text: str = "") -> F32:
+        """The ranking score of every row (see `scores`)."""
+        return self.scores(query, text)[0]
 
-        ``cos + w * (z - lse(z))`` is computed as ``(centroid + w * weights) . q + w * bias``
-        (one matrix-vector product) minus ``w * lse(z)``, one number per query. Past
-        `LSE_ROWS` agents ``lse`` sums only the logits of the `LSE_ROWS` best rows: the
-        rest hold a negligible share of the softmax mass at the fitted scale, and it keeps
-        a decision over 10,000 agents to one pass over the matrix.
+    def scores(self, query: F32, text: str = "") -> tuple[F32, F32]:
+        """Per row: the ranking score and the absolute `match` that thresholds apply to.
+
+        Ranking: `_similarity` (centred, discriminative, lexical). It tells agents apart,
+        but its scale depends on who else is registered: with three agents the genre means
+        and the softmax remove most of what a query shares with the right agent.
+
+        Match: the mean of two raw (uncentred) cosines, to the agent's centroid and to its
+        closest own text (a query that paraphrases one registered example should pass even
+        when the agent's other texts pull its centroid away). It depends on the agent's own
+        texts only, so a threshold calibrated on one mesh holds on another of any size.
+        Computed for the `CANDIDATE_ROWS` best-ranked rows (the others get -1: they cannot
+        be chosen); the closest-text cosine for the `LEXICAL_ROWS` best (the others use
+        their centroid cosine for both halves).
+        """
+        sim, rows, best = self._similarity(query, text)
+        n = len(self)
+        match = np.full(n, -1.0, np.float32)
+        if n == 0:
+            return sim, match
+        if rows is None:
+            rows = (
+                np.argpartition(-sim, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
+                if n > CANDIDATE_ROWS
+                else np.arange(n)
+            )
+        q = np.asarray(query, np.float32)
+        raw = self._raw[rows] @ q
+        if best is None:
+            best = (
+                np.argpartition(-sim[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
+                if len(rows) > LEXICAL_ROWS
+                else np.arange(len(rows))
+            )
+        closest = raw.copy()
+        for i in best:
+            texts = self._raw_texts[int(rows[i])]
+            if texts is not None and len(texts):
+                closest[i] = float((texts @ q).max())
+        match[rows] = (raw + closest) * np.float32(0.5)
+        return sim, match
+
+    def _similarity(
+        self, query: F32, text: str
+    ) -> tuple[F32, NDArray[np.intp] | None, NDArray[np.intp] | None]:
+        """Per row: ``(1 - lw) * dense + lw * coverage`` (module docstring).
+
+        Also returns the candidate rows and the positions, among them, of the best ones
+        (those that got a coverage), which `scores` reuses.
+
+        `text` is the query's text for the lexical channel (no text: coverage 0). The dense
+        part ``cos + w * (z - lse(z))`` is computed as ``(centroid + w * weights) . q + w *
+        bias`` (one matrix-vector product) minus ``w * lse(z)``, one number per query. Past
+        `CANDIDATE_ROWS` agents ``lse`` sums only the logits of the `CANDIDATE_ROWS` rows
+        with the best dense part, and only they get a coverage: the rest hold a negligible
+        share of the softmax mass at the fitted scale, and it keeps a decision over 10,000
+        agents to one pass over the matrix.
         """
         q = self.center_query(query)
         n = len(self)
         sim: F32 = self._sim_rows[:n] @ q
+        if n == 0:
+            return sim, None, None
         weight = np.float32(self.fit_config.logprob_weight)
-        if not self._use_softmax or weight <= 0 or n < 2:
-            return sim  # rows are the centroids: plain cosines
-        sim += self._sim_bias[:n]
-        rows = np.argpartition(-sim, LSE_ROWS)[:LSE_ROWS] if n > LSE_ROWS else slice(0, n)
-        z = self._weights[rows] @ q + self._biases[rows]
-        top = float(z.max())
-        sim -= weight * np.float32(top + np.log(np.exp(z - top).sum()))
-        return sim
+        softmax = self._use_softmax and weight > 0 and n >= 2
+        if softmax:
+            sim += self._sim_bias[:n]
+        lw = np.float32(self.fit_config.lexical_weight)
+        lexical = lw > 0 and self._lex_texts > 0
+        if not (softmax or lexical):
+            return sim, None, None  # rows are the centroids: plain cosines
+        rows: NDArray[np.intp] = (
+            np.argpartition(-sim, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
+            if n > CANDIDATE_ROWS
+            else np.arange(n)
+        )
+        if softmax:
+            z = self._weights[rows] @ q + self._biases[rows]
+            top = float(z.max())
+            sim -= weight * np.float32(top + np.log(np.exp(z - top).sum()))
+        if not lexical:
+            return sim, rows, None
+        sim *= np.float32(1.0) - lw
+        best = (
+            np.argpartition(-sim[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
+            if len(rows) > LEXICAL_ROWS
+            else np.arange(len(rows))
+        )
+        if text:
+            sim[rows[best]] += lw * self._lexical.coverage(text, self._lex_slots[rows[best]])
+        return sim, rows, best
 
     @property
     def load(self) -> F32:
@@ -293,25 +362,39 @@ class CapabilityIndex:
         tags: Mapping[str, str] | None = None,
         keywords: Iterable[str] = (),
         stats: AgentStats | None = None,
+        texts: Sequence[str] = (),
     ) -> None:
-        """Add or replace an agent. A replaced agent keeps its learned memory and stats."""
+        """Add or replace an agent. A replaced agent keeps its learned memory and stats.
+
+        `texts` are the registration's texts for the lexical channel, normally
+        ``[capability_text, *examples]`` (the texts `capability` and `examples` embed).
+        """
         examples = np.asarray(examples, np.float32).reshape(-1, self.dim)
         capability = np.asarray(capability, np.float32).reshape(self.dim)
         kws = tuple(t for t in (tuple(tokens(k)) for k in keywords) if t)
         entry = AgentEntry(agent_id, capability, examples, dict(tags or {}), kws)
+        entry.texts = tuple(texts)
         old_row = self._rows.get(agent_id)
         if old_row is not None:
             old = self._entries[old_row]
             entry.learned, entry.learned_seen, entry.bad = old.learned, old.learned_seen, old.bad
+            entry.learned_texts = old.learned_texts
             self._unindex(old)
             row = old_row
+            slot = int(self._lex_slots[row])
+            for text in old.texts:
+                self._lex_remove(slot, text)
             self._entries[row] = entry
         else:
             row = len(self._entries)
             self._grow(row + 1)
             self._entries.append(entry)
             self._rows[agent_id] = row
+            slot = self._lexical.add_agent()
+            self._lex_slots[row] = slot
             self.set_stats(agent_id, stats or AgentStats())
+        for text in entry.texts:
+            self._lex_add(slot, text)
         if stats is not None:
             self.set_stats(agent_id, stats)
         for k, v in entry.tags.items():
@@ -327,7 +410,10 @@ class CapabilityIndex:
         row = self._rows.pop(agent_id, None)
         if row is None:
             return False
-        self._unindex(self._entries[row])
+        gone = self._entries[row]
+        self._unindex(gone)
+        self._lexical.remove_agent(int(self._lex_slots[row]))
+        self._lex_texts -= len(gone.texts) + sum(t is not None for t in gone.learned_texts)
         last = len(self._entries) - 1
         if row != last:
             moved = self._entries[last]
@@ -335,6 +421,8 @@ class CapabilityIndex:
             self._rows[moved.agent_id] = row
             for arr in self._arrays():
                 arr[row] = arr[last]
+            self._raw_texts[row] = self._raw_texts[last]
+        self._raw_texts[last] = None
         self._entries.pop()
         self._ids = None
         self._version += 1
@@ -388,15 +476,17 @@ class CapabilityIndex:
             for agent_id in self._by_keyword.get(word, ()):
                 row = self._rows[agent_id]
                 if hits[row] == 0 and any(
-                    kw[0] == word and present.issuperset(kw)
-                    for kw in self._entries[row].keywords
+                    kw[0] == word and present.issuperset(kw) for kw in self._entries[row].keywords
                 ):
                     hits[row] = 1.0
         return hits
 
     # --- learning ------------------------------------------------------------------------
-    def learn(self, agent_id: str, vec: F32, *, good: bool) -> None:
+    def learn(self, agent_id: str, vec: F32, *, good: bool, text: str | None = None) -> None:
         """Record an outcome: good adds `vec` to the agent's bounded reservoir, bad counts.
+
+        `text` is the text `vec` embeds; with it the lexical channel learns it too (it holds
+        exactly the reservoir's texts: a text replaced in the reservoir leaves it).
 
         The reservoir is a uniform sample (Algorithm R) of every good vector seen, drawn
         with the index's seeded RNG, so replaying the same outcomes gives the same memory.
@@ -412,29 +502,62 @@ class CapabilityIndex:
             return
         v = np.asarray(vec, np.float32).reshape(self.dim)
         entry.learned_seen += 1
+        lex_slot = int(self._lex_slots[row])
         if len(entry.learned) < self.memory_size:
             entry.learned.append(v)
+            entry.learned_texts.append(text)
         else:
             slot = int(self._rng.integers(entry.learned_seen))
-            if slot < self.memory_size:
-                entry.learned[slot] = v
-            else:
+            if slot >= self.memory_size:
                 return
+            entry.learned[slot] = v
+            old = entry.learned_texts[slot]
+            if old is not None:
+                self._lex_remove(lex_slot, old)
+            entry.learned_texts[slot] = text
+        if text is not None:
+            self._lex_add(lex_slot, text)
         self._changed(row)
 
-    def set_memory(self, agent_id: str, vectors: F32, *, seen: int, bad: int) -> None:
+    def set_memory(
+        self,
+        agent_id: str,
+        vectors: F32,
+        *,
+        seen: int,
+        bad: int,
+        texts: Sequence[str] | None = None,
+    ) -> None:
         """Replace an agent's learned reservoir wholesale (e.g. loaded from Redis).
 
         `vectors` beyond `memory_size` are dropped (the last ones are kept); `seen` is
         how many good vectors were ever offered (it drives later reservoir sampling).
+        `texts`, when given, are the texts of `vectors` (same order) for the lexical channel.
         Unknown agents are ignored.
+
+        Raises:
+            ValueError: `texts` and `vectors` differ in length.
         """
         row = self._rows.get(agent_id)
         if row is None:
             logger.debug("set_memory for unknown agent=%s ignored", agent_id)
             return
-        rows = np.asarray(vectors, np.float32).reshape(-1, self.dim)[-self.memory_size :]
+        all_rows = np.asarray(vectors, np.float32).reshape(-1, self.dim)
+        if texts is not None and len(texts) != len(all_rows):
+            raise ValueError(f"set_memory: {len(texts)} texts for {len(all_rows)} vectors")
+        rows = all_rows[-self.memory_size :]
+        kept: list[str | None] = (
+            list(texts[len(texts) - len(rows) :]) if texts is not None else [None] * len(rows)
+        )
         entry = self._entries[row]
+        lex_slot = int(self._lex_slots[row])
+        for old in entry.learned_texts:
+            if old is not None:
+                self._lex_remove(lex_slot, old)
+        for new in kept:
+            if new is not None:
+                self._lex_add(lex_slot, new)
+        entry.learned_texts = kept
         entry.learned = [r.copy() for r in rows]  # a new list: a running fit keeps the old one
         entry.learned_seen = max(int(seen), len(entry.learned))
         entry.bad = int(bad)
@@ -453,39 +576,15 @@ class CapabilityIndex:
         never written in place). About half a second for 150 agents with 25 texts each;
         the softmax is skipped past `FitConfig.max_cells` (texts x agents).
         """
-        cfg = self.fit_config
-        version = self._version
         entries = list(self._entries)
-        agents = {e.agent_id: e.version for e in entries}
-        caps = [e.capability for e in entries]
-        requests = [e.requests() for e in entries]
-        dim = self.dim
-        if not entries:
-            zero = np.zeros(dim, np.float32)
-            return FitResult(version, agents, zero, zero, None, None)
-        cap_mean = np.mean(caps, axis=0).astype(np.float32)
-        req_all = np.concatenate(requests)
-        req_mean = (
-            req_all.mean(axis=0).astype(np.float32) if len(req_all) else np.zeros(dim, np.float32)
+        return fit_snapshot(
+            self._version,
+            {e.agent_id: e.version for e in entries},
+            [e.capability for e in entries],
+            [e.requests() for e in entries],
+            self.dim,
+            self.fit_config,
         )
-        n = len(entries)
-        texts = n + len(req_all)
-        if n < 2 or cfg.logprob_weight <= 0 or texts * n > cfg.max_cells:
-            if texts * n > cfg.max_cells:
-                logger.info("softmax fit skipped: %d texts x %d agents over max_cells", texts, n)
-            return FitResult(version, agents, cap_mean, req_mean, None, None)
-        cap_c = _unit(np.stack(caps) - cap_mean)
-        req_c = _unit(req_all - req_mean) if len(req_all) else np.empty((0, dim), np.float32)
-        owner = np.repeat(np.arange(n), [len(r) for r in requests])
-        centroids = np.zeros((n, dim), np.float32)
-        np.add.at(centroids, owner, req_c)
-        centroids = _unit(centroids + np.float32(cfg.capability_weight) * cap_c)
-        x = np.concatenate([cap_c, req_c])
-        y = np.concatenate([np.arange(n), owner])
-        w, b = _fit_softmax(
-            x, y, (centroids * cfg.scale).T, steps=cfg.steps, lr=cfg.learning_rate
-        )
-        return FitResult(version, agents, cap_mean, req_mean, w.T.copy(), b)
 
     def apply_fit(self, result: FitResult) -> bool:
         """Install a `FitResult` (on the event loop); returns `result.fitted`.
@@ -521,10 +620,16 @@ class CapabilityIndex:
     def _refresh_row(self, row: int) -> None:
         entry = self._entries[row]
         cfg = self.fit_config
-        cap = _unit(entry.capability - self._capability_mean)
-        req = _unit(entry.requests() - self._request_mean).sum(axis=0)
-        centroid = _unit(req + np.float32(cfg.capability_weight) * cap)
+        cap = unit(entry.capability - self._capability_mean)
+        req = unit(entry.requests() - self._request_mean).sum(axis=0)
+        centroid = unit(req + np.float32(cfg.capability_weight) * cap)
         self._centroids[row] = centroid
+        unit_requests = unit(entry.requests())
+        self._raw_texts[row] = unit_requests
+        raw_requests = unit_requests.sum(axis=0)
+        self._raw[row] = unit(
+            raw_requests + np.float32(cfg.capability_weight) * unit(entry.capability)
+        )
         if not self._is_fitted[row]:
             self._weights[row] = centroid * np.float32(cfg.scale)
             self._biases[row] = 0.0
@@ -535,9 +640,21 @@ class CapabilityIndex:
     # --- storage -------------------------------------------------------------------------
     def _arrays(self) -> list[NDArray[np.generic]]:
         return [
-            self._centroids, self._weights, self._biases, self._is_fitted, self._sim_rows,
-            self._sim_bias, self._load, self._max_conc, self._success, self._idle,
-            self._routable, self._priority, self._completed,
+            self._centroids,
+            self._raw,
+            self._weights,
+            self._biases,
+            self._is_fitted,
+            self._sim_rows,
+            self._sim_bias,
+            self._load,
+            self._max_conc,
+            self._success,
+            self._idle,
+            self._routable,
+            self._priority,
+            self._completed,
+            self._lex_slots,
         ]
 
     def _grow(self, need: int) -> None:
@@ -545,45 +662,39 @@ class CapabilityIndex:
         if need <= cap:
             return
         new_cap = max(need, cap * 2)
+        self._raw_texts.extend([None] * (new_cap - cap))
         for name in (
-            "_centroids", "_weights", "_biases", "_is_fitted", "_sim_rows", "_sim_bias",
-            "_load", "_max_conc", "_success", "_idle", "_routable", "_priority", "_completed",
+            "_centroids",
+            "_raw",
+            "_weights",
+            "_biases",
+            "_is_fitted",
+            "_sim_rows",
+            "_sim_bias",
+            "_load",
+            "_max_conc",
+            "_success",
+            "_idle",
+            "_routable",
+            "_priority",
+            "_completed",
+            "_lex_slots",
         ):
             old = getattr(self, name)
             new = np.zeros((new_cap, *old.shape[1:]), old.dtype)
             new[:cap] = old
             setattr(self, name, new)
 
+    def _lex_add(self, slot: int, text: str) -> None:
+        self._lexical.add_text(slot, text)
+        self._lex_texts += 1
+
+    def _lex_remove(self, slot: int, text: str) -> None:
+        self._lexical.remove_text(slot, text)
+        self._lex_texts -= 1
+
     def _unindex(self, entry: AgentEntry) -> None:
         for k, v in entry.tags.items():
             self._by_tag.get((k, v), set()).discard(entry.agent_id)
         for kw in entry.keywords:
             self._by_keyword.get(kw[0], set()).discard(entry.agent_id)
-
-
-def _fit_softmax(
-    x: F32, y: NDArray[np.int64], w0: F32, *, steps: int, lr: float
-) -> tuple[F32, F32]:
-    """Multinomial logistic regression from `w0` with Adam: ``(dim, n)`` weights, biases."""
-    w = w0.astype(np.float32, copy=True)
-    b = np.zeros(w.shape[1], np.float32)
-    onehot = np.zeros((x.shape[0], w.shape[1]), np.float32)
-    onehot[np.arange(x.shape[0]), y] = 1.0
-    m_w, v_w = np.zeros_like(w), np.zeros_like(w)
-    m_b, v_b = np.zeros_like(b), np.zeros_like(b)
-    beta1, beta2, eps = 0.9, 0.999, 1e-8
-    for t in range(1, steps + 1):
-        z = x @ w + b
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        g = (p - onehot) / x.shape[0]
-        for param, grad, m, v in ((w, x.T @ g, m_w, v_w), (b, g.sum(axis=0), m_b, v_b)):
-            m *= beta1
-            m += (1 - beta1) * grad
-            v *= beta2
-            v += (1 - beta2) * grad * grad
-            m_hat = m / (1 - beta1**t)
-            v_hat = v / (1 - beta2**t)
-            param -= lr * m_hat / (np.sqrt(v_hat) + eps)
-    return w, b

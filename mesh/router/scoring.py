@@ -1,9 +1,12 @@
 """Score every live agent for one query in a single numpy pass. Pure: no I/O, no clock.
 
-``similarity`` is `CapabilityIndex.similarity`: the cosine to the agent's centroid plus a
-small non-positive ``log p(agent | query)`` penalty from the fitted softmax, so it lives on
-the cosine scale and the threshold is an absolute cut on it (see `mesh.router.index`).
-``total = w_semantic * similarity + keyword + w_load * (1 - load/max) + w_idle * idle
+Two semantic numbers per agent come from `CapabilityIndex.scores` (see `mesh.router.index`):
+the *rank* score (centred cosine, softmax log-probability and lexical coverage; it tells
+agents apart best, but its scale depends on who else is registered) and the absolute
+*similarity* (raw cosine to the agent's own centroid and lexical coverage; it depends on
+the agent's own texts only, so one calibrated threshold holds in a mesh of 3 agents or
+of 3,000).
+``total = w_semantic * rank + keyword + w_load * (1 - load/max) + w_idle * idle
 + w_history * success_rate + priority_bonus * priority``. An agent is *eligible* when it
 is routable, matches the required tags, and ``similarity + keyword`` clears the
 threshold. Among eligible agents the best total wins; when the runner-up is within
@@ -169,7 +172,7 @@ class Decision:
     def bid_candidates(self, k: int) -> list[str]:
         """The `k` available, tag-matching agents with the highest similarity (for bids)."""
         ok = np.flatnonzero(self.filter_code != 1) if k else np.empty(0, np.intp)
-        ok = ok[self.filter_code[ok] != 2]
+        ok = ok[(self.filter_code[ok] != 2) & (self.similarity[ok] > -1.0)]
         top = ok[np.argsort(-self.similarity[ok], kind="stable")[:k]]
         return [self.ids[int(r)] for r in top]
 
@@ -193,7 +196,7 @@ def score(
     `rng` drives exploration; without one no exploration happens.
     """
     n = len(index)
-    sim = index.similarity(query)
+    rank, sim = index.scores(query, query_text)
     kw = (
         index.keyword_hits(query_text) * np.float32(weights.keyword_boost)
         if query_text and weights.keyword_boost
@@ -206,7 +209,7 @@ def score(
     )
     history = (weights.w_history * index.success_rate).astype(np.float32)
     priority = (weights.priority_bonus * index.priority).astype(np.float32)
-    semantic = (weights.w_semantic * sim).astype(np.float32)
+    semantic = (weights.w_semantic * rank).astype(np.float32)
     total = semantic + kw + load + idle + history + priority
 
     code = np.zeros(n, np.int8)
@@ -238,7 +241,7 @@ def score(
         second = int(ranked[1])
         runner_up = index.ids[second]
         strategy = "arbitrated"
-        if _prefer(second, best, sim, index):
+        if _prefer(second, best, rank, index):
             best, runner_up = second, index.ids[best]
 
     if rng is not None and weights.exploration_share > 0:
@@ -251,7 +254,7 @@ def score(
 
 
 def _prefer(a: int, b: int, sim: F32, index: CapabilityIndex) -> bool:
-    """Arbitration: does row `a` beat row `b`? Similarity, then lower load, then success."""
+    """Arbitration: does row `a` beat row `b`? Semantic rank, then lower load, then success."""
     if abs(float(sim[a]) - float(sim[b])) > _EPS:
         return bool(sim[a] > sim[b])
     la = index.load[a] / index.max_concurrency[a]

@@ -14,8 +14,10 @@ from mesh.router.calibrate import (
     CalibrationDataError,
     Labelled,
     auroc,
+    build_index,
     choose_threshold,
     default_threshold,
+    learn_rows,
     load_agents,
     load_labelled,
     resolve_threshold,
@@ -101,6 +103,12 @@ def test_run_calibration_end_to_end(tmp_path: Path) -> None:
     assert known == {a.agent_id for a in agents}
     report = run_calibration(agents, rows, WordEmbedder(), Settings(), learn=learn)
     assert report.top1 == 1.0 and report.learned == 4 and report.fitted
+    # registrations and learned rows carry their texts, as in the live selector
+    index = build_index(agents, WordEmbedder())
+    assert learn_rows(index, WordEmbedder().embed([r.text for r in learn]), learn) == 4
+    entry = index.entry(WORDS[0])
+    assert entry.texts[0] == agents[0].capability_text
+    assert entry.learned_texts == [learn[0].text]
     assert report.oos_recall == 1.0 and report.auroc == 1.0
     out = report.as_dict()
     for key in ("top1", "threshold", "in_scope_accuracy", "oos_recall", "auroc", "overlaps"):

@@ -140,3 +140,44 @@ def test_refit_skips_when_too_large_and_stats_roundtrip() -> None:
     assert index.stats("a").load == 2 and not index.routable[0]
     with pytest.raises(KeyError):
         index.stats("nope")
+
+
+def test_lexical_channel_scale_and_wiring() -> None:
+    index = CapabilityIndex(DIM, memory_size=2, fit=FitConfig(lexical_weight=0.4))
+    add(index, "a", 0)
+    add(index, "b", 1)
+    q = unit(0, 1)
+    # no texts: the channel is off and the similarity is the dense part
+    np.testing.assert_array_equal(index.similarity(q, "freeze my card"), index.similarity(q))
+    add(index, "a", 0, texts=["Handles card requests.", "freeze my card"])
+    add(index, "b", 1, texts=["Handles currency requests.", "convert my dollars"])
+    index.refit()
+    no_text = index.similarity(q)
+    fused = index.similarity(q, "please freeze my card")
+    assert int(np.argmax(fused)) == 0 and np.all(fused <= 1.0 + 1e-6)
+    # without a query text the coverage is 0; "freeze" and "card" are a's words only
+    assert np.all(fused >= no_text) and fused[0] - no_text[0] > fused[1] - no_text[1]
+    off = CapabilityIndex(DIM, fit=FitConfig(lexical_weight=0.0))
+    for agent_id, axis in (("a", 0), ("b", 1)):
+        add(off, agent_id, axis, texts=["anything"])
+    off.refit()
+    np.testing.assert_allclose(no_text, 0.6 * off.similarity(q, "x"), atol=1e-5)
+    # learned texts enter and, once replaced in the bounded reservoir, leave
+    for s in range(12):
+        index.learn("b", unit(1, noise=0.1, seed=s), good=True, text=f"wire transfer {s}")
+    entry = index.entry("b")
+    assert len(entry.learned_texts) == 2 and entry.learned_seen == 12
+    kept = [t for t in entry.learned_texts if t is not None]
+    lex_b = index._lex_slots[index.row("b")]
+    gone = next(f"wire transfer {s}" for s in range(12) if f"wire transfer {s}" not in kept)
+    assert index._lexical.coverage(kept[0], np.array([lex_b]))[0] == pytest.approx(1.0)
+    assert index._lexical.coverage(gone, np.array([lex_b]))[0] < 1.0
+    # replacing the registration keeps the learned texts, drops the old registration texts
+    add(index, "b", 1, texts=["Handles crypto requests."])
+    assert index.entry("b").learned_texts == entry.learned_texts
+    assert index._lexical.coverage("currency", np.array([lex_b]))[0] == 0.0
+    index.set_memory("b", np.stack([unit(1)]), seen=3, bad=0, texts=["swift code"])
+    assert index._lexical.coverage(kept[0], np.array([lex_b]))[0] < 1.0
+    with pytest.raises(ValueError, match="texts"):
+        index.set_memory("b", np.stack([unit(1)]), seen=3, bad=0, texts=[])
+    assert index.remove("b") and index._lex_texts == 2  # only a's registration texts left

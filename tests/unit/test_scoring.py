@@ -104,3 +104,38 @@ def test_exploration_is_deterministic_and_picks_cold_agents() -> None:
 def test_empty_index() -> None:
     decision = score(CapabilityIndex(DIM), vec(1), W)
     assert decision.agent_id is None and decision.candidates() == []
+
+
+def test_query_text_reaches_the_lexical_channel() -> None:
+    index = CapabilityIndex(DIM)
+    same = vec(1, 0)
+    index.add("cards", same, same[None, :], texts=["block my credit card"])
+    index.add("fx", same, same[None, :], texts=["exchange my dollars"])
+    assert score(index, same, W).semantic[0] == score(index, same, W).semantic[1]
+    decision = score(index, same, W, query_text="please block the card")
+    # words shared with an agent's texts raise its rank, not its absolute similarity
+    assert decision.agent_id == "cards" and decision.semantic[0] > decision.semantic[1]
+    assert decision.similarity[0] == decision.similarity[1]
+
+
+def test_absolute_similarity_does_not_depend_on_the_other_agents() -> None:
+    """The threshold's scale is the agent's own: adding agents or fitting leaves it alone."""
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=(6, DIM)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    query = (base[0] + 0.3 * base[1]).astype(np.float32)
+    query /= np.linalg.norm(query)
+    small = CapabilityIndex(DIM)
+    small.add("a", base[0], base[1:3])
+    small.add("b", base[3], base[4:6])
+    alone = score(small, query, W).similarity[0]
+    big = CapabilityIndex(DIM)
+    big.add("a", base[0], base[1:3])
+    big.add("b", base[3], base[4:6])
+    for i in range(30):
+        v = rng.normal(size=(3, DIM)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        big.add(f"other-{i}", v[0], v[1:])
+    big.refit()
+    row = big.row("a")
+    assert abs(float(score(big, query, W).similarity[row]) - float(alone)) < 1e-5
