@@ -17,6 +17,7 @@ from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
+from mesh.tasks import raise_if_cancelling
 from schemas import ErrorInfo, Result, now_ms
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Reaper:
                 await self.sweep()
             except TRANSIENT_ERRORS:
                 logger.warning("reaper sweep skipped (transient failure)", exc_info=True)
+            raise_if_cancelling()
             await asyncio.sleep(interval_s)
 
 

@@ -37,6 +37,7 @@ from mesh.registry import protocol
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
+from mesh.tasks import raise_if_cancelling
 from schemas import (
     Deregistration,
     Heartbeat,
@@ -241,6 +242,7 @@ class RegistryService:
     # --- heartbeats ----------------------------------------------------------------------
     async def _flush_loop(self) -> None:
         while True:
+            raise_if_cancelling()
             await self._beats_ready.wait()
             await asyncio.sleep(self.batch_window_s)
             await self.flush_heartbeats()
@@ -292,6 +294,7 @@ class RegistryService:
     async def _sweep_loop(self) -> None:
         last_leases = time.monotonic()
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(self.settings.sweep_interval_s)
             try:
                 await self.sweep()

@@ -34,6 +34,7 @@ from tenacity import (
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RegistryError, StaleFencingToken
 from mesh.registry import fencing, protocol
+from mesh.tasks import raise_if_cancelling
 from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
 from schemas.codec import loads
 
@@ -242,6 +243,7 @@ class RegistrySession:
         interval = self.settings.heartbeat_s
         next_at = time.monotonic()
         while True:
+            raise_if_cancelling()
             next_at += interval
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             if not self._beating.is_set():

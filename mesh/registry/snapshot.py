@@ -40,6 +40,7 @@ from mesh.registry.events import (
     lease_rows,
 )
 from mesh.registry.state import AgentState, load_state
+from mesh.tasks import raise_if_cancelling
 from schemas import Event, new_id, now_ms
 
 logger = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class AgentSnapshot:
     # --- resync ------------------------------------------------------------------------------
     async def _resync_loop(self) -> None:
         while True:
+            raise_if_cancelling()
             await asyncio.sleep(self.conn.settings.snapshot_resync_s)
             try:
                 await self.resync()

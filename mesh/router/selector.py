@@ -40,6 +40,7 @@ from mesh.router.memory import ExampleMemory, Kind
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.service import RouteChoice
 from mesh.router.vectors import VectorCache
+from mesh.tasks import raise_if_cancelling
 from schemas import Event, InvalidEnvelope, RouteInfo, TaskEnvelope, decode, new_id, now_ms
 
 logger = logging.getLogger(__name__)
@@ -190,6 +191,7 @@ class SemanticSelector:
         last_refit = time.monotonic()
         last_stats = time.monotonic()
         while True:
+            raise_if_cancelling()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(self.settings.refit_interval_s, STATS_REFRESH_S)):
                     await self._wake.wait()
@@ -296,22 +298,22 @@ class SemanticSelector:
         decision = await self.decide(
             envelope.capability, dict(envelope.required_tags), list(envelope.excluded_agents)
         )
-        explain = {
+        explain: dict[str, Any] = {
             "threshold": round(self.threshold, 4),
             "candidates": [c.as_dict() for c in decision.candidates(EXPLAIN_LIMIT)],
             "agents": len(self.index),
+            "runner_up": decision.runner_up,
         }
         choice: RouteChoice | None = None
         if decision.agent_id is not None:
-            best = next(c for c in decision.candidates(EXPLAIN_LIMIT + 1)
-                        if c.agent_id == decision.agent_id)
+            best = decision.candidate(self.index.row(decision.agent_id))
             strategy = {"best": "semantic", "arbitrated": "arbitration",
                         "explore": "exploration"}[decision.strategy]
             choice = RouteChoice(
                 decision.agent_id,
                 RouteInfo(strategy=strategy, score=round(best.total, 4),
                           low_confidence=best.similarity < self.settings.low_confidence_threshold),
-                {"explain": explain, "runner_up": decision.runner_up},
+                {"runner_up": decision.runner_up},
             )
         else:
             choice = await self._bid_or_fallback(envelope, decision, explain)
@@ -338,7 +340,7 @@ class SemanticSelector:
                     RouteInfo(strategy="bid", score=winner.confidence,
                               low_confidence=winner.confidence
                               < self.settings.low_confidence_threshold),
-                    {"explain": explain},
+                    {},
                 )
         fallback = self.settings.fallback_agent
         if fallback and fallback not in envelope.excluded_agents:
@@ -348,7 +350,7 @@ class SemanticSelector:
                     fallback,
                     RouteInfo(strategy="fallback", score=decision.best_similarity(),
                               low_confidence=True),
-                    {"explain": explain},
+                    {},
                 )
         return None
 

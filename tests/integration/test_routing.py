@@ -1,0 +1,264 @@
+"""Semantic routing on the real broker, with the real (offline) multilingual model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from mesh.client import MeshClient
+from mesh.config import Settings
+from mesh.connection import MeshConnection
+from mesh.router.embedding import Embedder, build_embedder
+from mesh.router.memory import ExampleMemory
+from schemas import TaskEnvelope, decode
+from tests.conftest import wait_until
+from tests.integration.dispatch_kit import drain_queue
+from tests.integration.routing_kit import EventTap, SemanticMesh, agent
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[Embedder]:
+    e = build_embedder(Settings())
+    e.start()
+    yield e
+
+
+@pytest.fixture
+async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
+    m = SemanticMesh(conn, embedder)
+    yield m
+    await m.close()
+
+
+REFUNDS = agent(
+    "refunds",
+    "Handles returns, refunds and exchanges of purchased products. Needs an order id.",
+    [
+        "I want to return the phone I bought last month",
+        "can I get my money back",
+        "退款什么时候到账",
+        "这个商品我想退货",
+    ],
+)
+LOGISTICS = agent(
+    "logistics",
+    "Tracks parcels and deliveries: shipping status, delivery dates, lost packages.",
+    [
+        "where is my package",
+        "my order has not arrived yet",
+        "我的快递到哪了",
+        "物流信息三天没更新了",
+    ],
+)
+PRESALES = agent(
+    "presales",
+    "Answers questions before a purchase: product features, prices, stock.",
+    ["does this laptop support two monitors", "is the blue one in stock", "这款耳机有降噪吗"],
+)
+
+
+async def test_routes_each_request_to_the_right_agent(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(REFUNDS, LOGISTICS, PRESALES)
+    cases = {
+        "the parcel I ordered two weeks ago still hasn't shown up": "logistics",
+        "I would like my money back for order 77, the screen is cracked": "refunds",
+        "does this phone come in blue, and is it in stock?": "presales",
+        "包裹什么时候能送到": "logistics",
+        "这双鞋我想退货退款": "refunds",
+    }
+    async with MeshClient(conn) as client:
+        results = await asyncio.gather(*(client.request(t, wait_s=20) for t in cases))
+    for (text, expected), result in zip(cases.items(), results, strict=True):
+        assert result.status == "completed", (text, result)
+        assert result.output == {"by": expected}, text
+
+
+async def test_required_tags_filter_the_candidates(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    text = "Handles invoices and billing questions for business customers."
+    examples = ["send me a copy of my last invoice", "why was I billed twice this month"]
+    await mesh.start(
+        agent("billing-eu", text, examples, tags={"region": "eu"}),
+        agent("billing-us", text, examples, tags={"region": "us"}),
+    )
+    async with MeshClient(conn) as client:
+        for region in ("us", "eu", "us"):
+            r = await client.request(
+                "I need a copy of my invoice", wait_s=20, required_tags={"region": region}
+            )
+            assert r.output == {"by": f"billing-{region}"}
+
+
+async def test_near_tie_is_arbitrated_and_load_separates_equals(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(task: TaskEnvelope) -> dict[str, Any]:
+        await release.wait()
+        return {"by": "slow"}
+
+    text = "Translates documents between English and French."
+    examples = ["translate this letter into French", "how do you say thank you in French"]
+    await mesh.start(
+        agent("translator-a", text, examples, reply=slow),
+        agent("translator-b", text, examples, reply=slow),
+    )
+    tap = await EventTap(conn, "route.decision").start()
+    async with MeshClient(conn) as client:
+        first = asyncio.ensure_future(client.request("translate my letter to French", wait_s=20))
+        await wait_until(lambda: len(tap.of("route.decision")) == 1, timeout=10)
+        second = asyncio.ensure_future(client.request("translate my CV into French", wait_s=20))
+        await wait_until(lambda: len(tap.of("route.decision")) == 2, timeout=10)
+        release.set()
+        await asyncio.gather(first, second)
+    tie, after = tap.events
+    # two equal agents: a near tie, settled by arbitration (similarity, load, success rate)
+    assert tie.data["route"]["strategy"] == "arbitration"
+    assert {tie.agent_id, tie.data["runner_up"]} == {"translator-a", "translator-b"}
+    top = tie.data["candidates"][:2]
+    assert abs(top[0]["similarity"] - top[1]["similarity"]) < 1e-4
+    # the first one is now busy: the second task goes to the other, idle one
+    assert after.agent_id != tie.agent_id
+
+
+async def test_fallback_takes_what_nobody_matches_with_low_confidence(
+    conn: MeshConnection, embedder: Embedder, mesh_env: Any, settings: Settings
+) -> None:
+    conn2 = await mesh_env("-fallback")
+    conn2.settings = settings.model_copy(update={"fallback_agent": "helpdesk"})
+    m = SemanticMesh(conn2, embedder)
+    try:
+        await m.start(REFUNDS, agent("helpdesk", "General help desk."))
+        async with MeshClient(conn2) as client:
+            r = await client.request("compose a haiku about the autumn moon", wait_s=20)
+        assert r.status == "completed" and r.output == {"by": "helpdesk"}
+        assert r.route is not None
+        assert r.route.strategy == "fallback" and r.route.low_confidence
+    finally:
+        await m.close()
+
+
+async def test_unroutable_without_fallback_is_answered_and_dead_lettered(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(REFUNDS)
+    async with MeshClient(conn) as client:
+        r = await client.request("compose a haiku about the autumn moon", wait_s=20)
+    assert r.status == "unroutable"
+    dead = await drain_queue(conn, conn.topology.dead_queue("unroutable"))
+    assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [r.task_id]
+
+
+async def test_learning_persists_across_a_router_restart(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(REFUNDS, LOGISTICS)
+    text = "the refund for my cancelled order never reached my card"
+    async with MeshClient(conn) as client:
+        r = await client.request(text, wait_s=20)
+    assert r.output == {"by": "refunds"}
+    memory = ExampleMemory(conn.redis, conn.keys)
+    await wait_until(lambda: _has_text(memory, "refunds", text), timeout=10)
+
+    await mesh.stop_router()
+    selector = await mesh.start_router()
+    await selector.wait_routable(["refunds"], timeout=15)
+    await wait_until(lambda: len(selector.index.entry("refunds").learned) == 1, timeout=10)
+    stored = (await memory.load("refunds")).texts
+    assert stored == (text,)
+
+
+async def _has_text(memory: ExampleMemory, agent_id: str, text: str) -> bool:
+    return text in (await memory.load(agent_id)).texts
+
+
+def bidding_agent(agent_id: str, text: str, confidence: float | None) -> Any:
+    a = agent(agent_id, text)
+
+    @a.bidder
+    async def bid(request: Any) -> float | None:
+        return confidence
+
+    return a
+
+
+async def test_call_for_bids_picks_the_confident_bidder(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(
+        bidding_agent("astro-a", "Answers questions about stars and galaxies.", 0.2),
+        bidding_agent("astro-b", "Explains planets and moons of the solar system.", 0.9),
+        bidding_agent("astro-c", "Describes telescopes and observatories.", None),
+    )
+    tap = await EventTap(conn, "route.decision").start()
+    async with MeshClient(conn) as client:
+        r = await client.request("how long is a year on the dwarf planet Ceres", wait_s=20)
+    assert r.status == "completed" and r.output == {"by": "astro-b"}
+    assert r.route is not None and r.route.strategy == "bid" and r.route.score == 0.9
+    await wait_until(lambda: tap.of("route.decision", r.task_id), timeout=5)
+    bids = {b["agent_id"]: b["confidence"] for b in tap.of("route.decision")[0].data["bids"]}
+    assert bids == {"astro-a": 0.2, "astro-b": 0.9}
+
+
+async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
+    conn: MeshConnection, embedder: Embedder, mesh_env: Any, settings: Settings
+) -> None:
+    conn2 = await mesh_env("-breaker")
+    conn2.settings = settings.model_copy(
+        update={"breaker_open_s": 1.0, "breaker_min_calls": 3, "breaker_window_s": 30.0}
+    )
+    healthy = asyncio.Event()
+
+    async def flaky(task: TaskEnvelope) -> dict[str, Any]:
+        if not healthy.is_set():
+            raise ValueError("downstream database is down")
+        return {"by": "weather-a"}
+
+    m = SemanticMesh(conn2, embedder)
+    try:
+        await m.start(
+            agent(
+                "weather-a",
+                "Gives weather forecasts for cities in France.",
+                ["will it rain in Paris tomorrow", "weather forecast for Lyon this week"],
+                reply=flaky,
+            ),
+            agent(
+                "weather-b",
+                "Gives weather forecasts for any city in the world.",
+                ["is it going to rain tomorrow", "what's the weather like this weekend"],
+            ),
+        )
+        assert m.selector is not None
+        breakers = m.selector.breakers
+        async with MeshClient(conn2) as client:
+            seen = []
+            while breakers.state("weather-a") == "closed":
+                r = await client.request("will it rain in Paris tomorrow", wait_s=20)
+                seen.append(r.agent_id)
+                await wait_until(lambda: _outcomes(m) >= len(seen), timeout=5)
+                assert len(seen) < 10, "the breaker never opened"
+            assert seen.count("weather-a") == 3  # min_calls failures, all on the best match
+            r = await client.request("will it rain in Paris tomorrow", wait_s=20)
+            assert r.output == {"by": "weather-b"}  # open: weather-a is skipped
+            healthy.set()
+            await wait_until(lambda: breakers.state("weather-a") == "half_open", timeout=5)
+            r = await client.request("will it rain in Paris tomorrow", wait_s=20)
+            assert r.output == {"by": "weather-a"}  # the probe
+            await wait_until(lambda: breakers.state("weather-a") == "closed", timeout=5)
+    finally:
+        await m.close()
+
+
+def _outcomes(m: SemanticMesh) -> int:
+    assert m.selector is not None
+    return sum(sum(c.values()) for c in m.selector._counts.values())
