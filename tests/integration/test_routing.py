@@ -235,7 +235,7 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
             agent(
                 "weather-b",
                 "Gives weather forecasts for any city in the world.",
-                ["is it going to rain tomorrow", "what's the weather like this weekend"],
+                ["what's the weather like in Tokyo this weekend", "how hot is it in Cairo"],
             ),
         )
         assert m.selector is not None
@@ -252,8 +252,13 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
             assert r.output == {"by": "weather-b"}  # open: weather-a is skipped
             healthy.set()
             await wait_until(lambda: breakers.state("weather-a") == "half_open", timeout=5)
-            r = await client.request("will it rain in Paris tomorrow", wait_s=20)
-            assert r.output == {"by": "weather-a"}  # the probe
+            # half-open: weather-a may take a probe again when it is the best choice (its
+            # success rate took a small hit, so allow a few tries); the probe closes it
+            probes = []
+            while not probes or probes[-1] != "weather-a":
+                r = await client.request("will it rain in Paris tomorrow", wait_s=20)
+                probes.append(r.agent_id)
+                assert len(probes) <= 5, probes
             await wait_until(lambda: breakers.state("weather-a") == "closed", timeout=5)
     finally:
         await m.close()
