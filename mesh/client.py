@@ -38,6 +38,7 @@ class MeshClient:
         self._channel: AbstractChannel | None = None
         self._reply_queue: AbstractQueue | None = None
         self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
+        self._consumer_tag: str | None = None
         #: how long `submit` keeps retrying through a broker outage
         self.publish_retry_s = PUBLISH_RETRY_S
         self.results_received = 0
@@ -61,7 +62,7 @@ class MeshClient:
             durable=True,
             arguments={"x-expires": REPLY_QUEUE_EXPIRES_MS},
         )
-        await self._reply_queue.consume(self._on_result)
+        self._consumer_tag = await self._reply_queue.consume(self._on_result)
         return self
 
     async def _on_result(self, message: AbstractIncomingMessage) -> None:
@@ -156,7 +157,11 @@ class MeshClient:
 
     async def close(self) -> None:
         channel, self._channel = self._channel, None
-        self._reply_queue = None
+        queue, self._reply_queue = self._reply_queue, None
+        if queue is not None and self._consumer_tag is not None and channel is not None:
+            # cancel first: deleting a queue under its own consumer makes the broker
+            # cancel it, which aiormq logs as a warning
+            await quietly(queue.cancel(self._consumer_tag))
         for waiters in self._waiters.values():
             for fut in waiters:
                 fut.cancel()

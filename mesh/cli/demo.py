@@ -61,7 +61,7 @@ async def _demo(settings: Settings) -> int:
                     failures += result.status != "completed"
         finally:
             await stop()
-            await _cleanup(settings)
+    await _cleanup(settings)
     print("\ndemo: done" + (f" ({failures} request(s) not completed)" if failures else ""))
     return 1 if failures else 0
 
