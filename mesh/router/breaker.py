@@ -20,6 +20,8 @@ State = Literal["closed", "open", "half_open"]
 @dataclass(slots=True)
 class _Breaker:
     outcomes: deque[tuple[float, bool]] = field(default_factory=deque)
+    #: failures among `outcomes`, kept as they enter and leave the window (O(1) per record)
+    failures: int = 0
     opened_at: float | None = None
     probing: bool = False
 
@@ -73,17 +75,20 @@ class BreakerBoard:
         if state == "half_open":
             b.probing = False
             b.outcomes.clear()
+            b.failures = 0
             b.opened_at = None if ok else now
             return self.state(agent_id)
         if state == "open":
             return state
         b.outcomes.append((now, ok))
+        b.failures += not ok
         while b.outcomes and now - b.outcomes[0][0] > self.window_s:
-            b.outcomes.popleft()
-        failures = sum(1 for _, good in b.outcomes if not good)
-        if len(b.outcomes) >= self.min_calls and failures / len(b.outcomes) > self.failure_ratio:
+            b.failures -= not b.outcomes.popleft()[1]
+        calls = len(b.outcomes)
+        if calls >= self.min_calls and b.failures / calls > self.failure_ratio:
             b.opened_at = now
             b.outcomes.clear()
+            b.failures = 0
         return self.state(agent_id)
 
     def blocked(self) -> set[str]:
