@@ -2,7 +2,8 @@
 
 At dispatch the router records which agent took a task and the task's text (24 h). Feedback
 looks that up: `good` adds the text to the agent's example memory, `bad` counts against the
-agent; then a `route.feedback` event tells every router to reload that agent's memory.
+agent and takes the text out of its memory (a completed task was learned automatically);
+then a `route.feedback` event tells every router to reload that agent's memory.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ async def give_feedback(
     text = raw[b"text"].decode()
     memory = ExampleMemory(conn.redis, conn.keys, conn.settings.example_memory_size)
     counted = await memory.record(
-        agent_id, task_id, "good" if good else "bad", learn_text=text if good else None
+        agent_id,
+        task_id,
+        "good" if good else "bad",
+        learn_text=text if good else None,
+        unlearn_text=None if good else text,
     )
     await publisher.emit(
         Event(type="route.feedback", task_id=task_id, agent_id=agent_id,

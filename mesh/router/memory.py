@@ -20,21 +20,43 @@ from mesh.keys import Keys
 
 Kind = Literal["completed", "failed", "rejected", "good", "bad"]
 
-#: KEYS: memory hash, stats hash, once-per-outcome marker
-#: ARGV: kind, text ('' = nothing to learn), size, marker ttl, random
+#: KEYS: memory hash, stats hash, once-per-outcome marker, veto marker (its presence
+#: forbids learning: a completion that `bad` feedback overtook)
+#: ARGV: kind, text to learn ('' = none), size, marker ttl, random, text to unlearn ('' = none)
+#: Returns the slot written, or -1 counted before, -2 nothing to learn, -3 not sampled,
+#: -4 already known.
 _RECORD_LUA = """
 if redis.call('SET', KEYS[3], '1', 'NX', 'EX', tonumber(ARGV[4])) == false then
   return -1
 end
 redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-if ARGV[2] == '' then return -2 end
+local flat = redis.call('HGETALL', KEYS[1])
+local filled = {}
+local count = 0
+for i = 1, #flat, 2 do
+  if string.sub(flat[i], 1, 5) == 'slot:' then
+    if ARGV[6] ~= '' and flat[i + 1] == ARGV[6] then
+      redis.call('HDEL', KEYS[1], flat[i])
+    else
+      if flat[i + 1] == ARGV[2] then return -4 end
+      filled[flat[i]] = true
+      count = count + 1
+    end
+  end
+end
+if ARGV[2] == '' or redis.call('EXISTS', KEYS[4]) == 1 then return -2 end
 local size = tonumber(ARGV[3])
 local n = redis.call('HINCRBY', KEYS[1], 'seen', 1)
-local slot = n - 1
-if n > size then
-  slot = tonumber(ARGV[5]) % n
-  if slot >= size then return -3 end
+if count < size then
+  for s = 0, size - 1 do
+    if not filled['slot:' .. s] then
+      redis.call('HSET', KEYS[1], 'slot:' .. s, ARGV[2])
+      return s
+    end
+  end
 end
+local slot = tonumber(ARGV[5]) % n
+if slot >= size then return -3 end
 redis.call('HSET', KEYS[1], 'slot:' .. slot, ARGV[2])
 return slot
 """
@@ -77,23 +99,33 @@ class ExampleMemory:
         self._rng = random.Random()
 
     async def record(
-        self, agent_id: str, task_id: str, kind: Kind, *, learn_text: str | None = None
+        self,
+        agent_id: str,
+        task_id: str,
+        kind: Kind,
+        *,
+        learn_text: str | None = None,
+        unlearn_text: str | None = None,
     ) -> bool:
-        """Count one outcome of `task_id`; with `learn_text`, offer it to the reservoir.
+        """Count one outcome of `task_id`; with `learn_text`, offer it to the reservoir
+        (a text already held is not added twice); with `unlearn_text`, drop it (bad
+        feedback on a task the agent completed: the text is not a good example of it).
 
         Returns False when this (task_id, kind) was already counted.
         """
         answer = await self.redis.eval(
             _RECORD_LUA,
-            3,
+            4,
             self.keys.memory(agent_id),
             self.keys.stats(agent_id),
             self.keys.memory_marker(agent_id, f"{task_id}:{kind}"),
+            self.keys.memory_marker(agent_id, f"{task_id}:bad"),
             kind,
             learn_text or "",
             self.size,
             MARKER_TTL_S,
             self._rng.randrange(1 << 30),
+            unlearn_text or "",
         )
         return int(answer) != -1
 

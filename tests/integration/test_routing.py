@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -267,3 +270,45 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
 def _outcomes(m: SemanticMesh) -> int:
     assert m.selector is not None
     return sum(sum(c.values()) for c in m.selector._counts.values())
+
+
+async def test_feedback_teaches_and_penalises(mesh: SemanticMesh, conn: MeshConnection) -> None:
+    await mesh.start(REFUNDS, LOGISTICS)
+    async with MeshClient(conn) as client:
+        good = await client.request("my parcel was left at the wrong address", wait_s=20)
+        bad = await client.request("the courier lost my package", wait_s=20)
+        assert good.agent_id == bad.agent_id == "logistics"
+        memory = ExampleMemory(conn.redis, conn.keys)
+        # completed tasks are learned on their own; bad feedback takes one back out
+        await wait_until(lambda: _has_text(memory, "logistics", "the courier lost my package"))
+        assert await client.feedback(good.task_id, good=True) == "logistics"
+        assert await client.feedback(bad.task_id, good=False) == "logistics"
+        await client.feedback(bad.task_id, good=False)  # counted once only
+    loaded = await memory.load("logistics")
+    assert loaded.texts.count("my parcel was left at the wrong address") == 1
+    assert "the courier lost my package" not in loaded.texts
+    assert loaded.bad == 1 and loaded.good == 1
+
+
+async def test_mesh_explain_prints_the_ranked_table(mesh: SemanticMesh, settings: Settings) -> None:
+    await mesh.start(REFUNDS, LOGISTICS)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mesh.cli.main",
+        "explain",
+        "where is my package?",
+        "--json",
+        env={**os.environ, "MESH_NAMESPACE": settings.namespace},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["chosen"] == "logistics"
+    assert [c["agent_id"] for c in report["candidates"]] == ["logistics", "refunds"]
+    assert "logistics wins" in report["reason"]
+    assert {"similarity", "semantic", "load", "idle", "history", "total"} <= set(
+        report["candidates"][0]
+    )
