@@ -55,6 +55,14 @@ async def start_router(
         router = RouterService(conn)
         await router.start()
         return router.close
+    _selector, stop = await start_semantic_router(conn, embedder)
+    return stop
+
+
+async def start_semantic_router(
+    conn: MeshConnection, embedder: Embedder | None = None
+) -> tuple[SemanticSelector, Stop]:
+    """A router with its semantic selector; stops the router first, then the selector."""
     selector, stop_selector = await build_selector(conn, embedder)
     router = RouterService(conn, selector)
     await router.start()
@@ -63,7 +71,7 @@ async def start_router(
         await router.close()
         await stop_selector()
 
-    return stop
+    return selector, stop
 
 
 async def start_mesh(
@@ -80,11 +88,8 @@ async def start_mesh(
     """
     stops: list[Stop] = [await start_registry(conn)]
     try:
-        embedder = embedder or await start_embedder(conn.settings)
-        selector, stop_selector = await build_selector(conn, embedder)
-        router = RouterService(conn, selector)
-        await router.start()
-        stops += [stop_selector, router.close]
+        selector, stop_router = await start_semantic_router(conn, embedder)
+        stops.append(stop_router)
         for agent in agents:
             stops.append(await start_worker(conn, agent))
         await selector.wait_routable(wait_agents, wait_s)

@@ -65,6 +65,12 @@ return slot
 MARKER_TTL_S = 7 * 86_400
 
 
+def success_rate(good: int, bad: int) -> float:
+    """Share of good outcomes with one imaginary success: 1.0 with no history, and one
+    early failure does not sink a new agent to 0."""
+    return (good + 1.0) / (good + bad + 1.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
     """One agent's learned texts and outcome counters."""
@@ -79,10 +85,7 @@ class Memory:
 
     @property
     def success_rate(self) -> float:
-        """Share of good outcomes, with a uniform prior (1.0 with no history... almost)."""
-        ok = self.completed + self.good
-        total = ok + self.failed + self.rejected + self.bad
-        return (ok + 1.0) / (total + 1.0)
+        return success_rate(self.completed + self.good, self.failed + self.rejected + self.bad)
 
     @property
     def outcomes(self) -> int:

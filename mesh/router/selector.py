@@ -36,7 +36,7 @@ from mesh.router.calibrate import resolve_threshold
 from mesh.router.embedding import Embedder
 from mesh.router.feedback import record_route
 from mesh.router.index import AgentStats, CapabilityIndex
-from mesh.router.memory import ExampleMemory, Kind
+from mesh.router.memory import ExampleMemory, Kind, success_rate
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.service import RouteChoice
 from mesh.router.vectors import VectorCache
@@ -179,9 +179,11 @@ class SemanticSelector:
         return AgentStats(
             load=load,
             max_concurrency=max(state.capacity(now), 1),
-            success_rate=(ok + 1.0) / (ok + bad + 1.0),
+            success_rate=success_rate(ok, bad),
             idle_s=1e9 if load == 0 else 0.0,
             status="up" if state.is_live(now) else "down",
+            # a registration's priority_bonus in [-1, 1] is worth up to 0.2 of the total
+            # (seed 003: 0.8 similarity + 0.2 bonus), i.e. 10 levels of 0.02
             priority=round((reg.priority_bonus if reg else 0.0) * 10),
             completed=counts.get("completed", 0),
         )
