@@ -17,9 +17,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,9 +33,9 @@ from mesh.router.bids import BidCollector
 from mesh.router.breaker import BreakerBoard
 from mesh.router.calibrate import resolve_threshold
 from mesh.router.embedding import Embedder
-from mesh.router.feedback import record_route
 from mesh.router.index import AgentStats, CapabilityIndex
-from mesh.router.memory import ExampleMemory, Kind, success_rate
+from mesh.router.memory import ExampleMemory
+from mesh.router.outcomes import LEARNING_EVENTS, OutcomeLedger
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.service import RouteChoice
 from mesh.router.vectors import VectorCache
@@ -49,24 +48,6 @@ logger = logging.getLogger(__name__)
 EXPLAIN_LIMIT = 25
 #: how often loads and liveness are copied from the snapshot into the index
 STATS_REFRESH_S = 1.0
-#: dispatched tasks remembered locally for learning from their outcome
-RECENT_LIMIT = 50_000
-#: outcome event types the selector learns from, and how each counts
-OUTCOME_KINDS: dict[str, Kind] = {
-    "task.completed": "completed",
-    "task.failed": "failed",
-    "task.expired": "failed",
-    "task.rerouting": "rejected",  # only when the worker says it rejected the task
-}
-
-
-@dataclass(frozen=True, slots=True)
-class _Dispatched:
-    agent_id: str
-    text: str
-    rerouted: bool
-
-
 class SemanticSelector:
     """The semantic router's choice of agent. ``await start()`` before the router consumes."""
 
@@ -98,11 +79,9 @@ class SemanticSelector:
         self.batcher = QueryBatcher(embedder, s.embed_batch_size)
         self.bids = BidCollector(conn, self.publisher)
         self.rng = rng or np.random.default_rng()
-        self._counts: dict[str, dict[str, int]] = {}
-        self._recent: OrderedDict[str, _Dispatched] = OrderedDict()
+        self.ledger = OutcomeLedger(conn, self.memory, self.breakers)
         self._registered: dict[str, Any] = {}
         self._dirty_agents: set[str] = set()
-        self._memory_dirty: set[str] = set()
         self._wake = asyncio.Event()
         #: set whenever the index took in a registry change
         self._synced = asyncio.Event()
@@ -116,14 +95,14 @@ class SemanticSelector:
         self.snapshot.on_change(self._on_agent_change)
         for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
             await self._sync_agent(agent_id)
-            self._memory_dirty.add(agent_id)
+            self.ledger.memory_dirty.add(agent_id)
         await self._reload_memories()
         await self._refit()
         self._events_channel = await self.conn.channel(confirms=False, prefetch=1_000)
         queue = await self._events_channel.declare_queue(
             self.conn.topology.selector_queue(new_id()[:12]), exclusive=True, auto_delete=True
         )
-        for pattern in (*OUTCOME_KINDS, "route.feedback"):
+        for pattern in LEARNING_EVENTS:
             await queue.bind(self.conn.topology.events, routing_key=pattern)
         await queue.consume(self._on_event, no_ack=True)
         self._loop_task = asyncio.create_task(self._maintain())
@@ -166,26 +145,23 @@ class SemanticSelector:
                 stats=self._stats(state, now), texts=[reg.capability_text, *reg.examples],
             )
             self._registered[agent_id] = signature
-            self._memory_dirty.add(agent_id)
+            self.ledger.memory_dirty.add(agent_id)
         else:
             self.index.set_stats(agent_id, self._stats(state, now))
 
     def _stats(self, state: AgentState, now: int) -> AgentStats:
-        counts = self._counts.get(state.agent_id, {})
-        ok = counts.get("completed", 0) + counts.get("good", 0)
-        bad = counts.get("failed", 0) + counts.get("rejected", 0) + counts.get("bad", 0)
         load = state.load(now)
         reg = state.registration
         return AgentStats(
             load=load,
             max_concurrency=max(state.capacity(now), 1),
-            success_rate=success_rate(ok, bad),
+            success_rate=self.ledger.success_rate(state.agent_id),
             idle_s=1e9 if load == 0 else 0.0,
             status="up" if state.is_live(now) else "down",
             # a registration's priority_bonus in [-1, 1] is worth up to 0.2 of the total
             # (seed 003: 0.8 similarity + 0.2 bonus), i.e. 10 levels of 0.02
             priority=round((reg.priority_bonus if reg else 0.0) * 10),
-            completed=counts.get("completed", 0),
+            completed=self.ledger.completed(state.agent_id),
         )
 
     async def _maintain(self) -> None:
@@ -207,7 +183,7 @@ class SemanticSelector:
                 if time.monotonic() - last_stats >= STATS_REFRESH_S:
                     self._refresh_stats()
                     last_stats = time.monotonic()
-                if self._memory_dirty:
+                if self.ledger.memory_dirty:
                     await self._reload_memories()
                 if self.index.dirty and (
                     time.monotonic() - last_refit >= self.settings.refit_interval_s
@@ -229,14 +205,12 @@ class SemanticSelector:
                 self.index.set_stats(agent_id, self._stats(state, now))
 
     async def _reload_memories(self) -> None:
-        agents, self._memory_dirty = self._memory_dirty, set()
+        agents, self.ledger.memory_dirty = self.ledger.memory_dirty, set()
         for agent_id in agents:
             if agent_id not in self.index:
                 continue
             memory = await self.memory.load(agent_id)
-            counts = self._counts.setdefault(agent_id, {})
-            for kind in ("completed", "failed", "rejected", "good", "bad"):
-                counts[kind] = max(counts.get(kind, 0), getattr(memory, kind))
+            self.ledger.merge(agent_id, memory)
             vectors = await self.vectors.embed(list(memory.texts))
             self.index.set_memory(
                 agent_id, vectors, seen=memory.seen, bad=memory.bad, texts=list(memory.texts)
@@ -323,7 +297,7 @@ class SemanticSelector:
         if choice is not None:
             self.breakers.on_dispatch(choice.agent_id)
             self._count_dispatch(choice.agent_id)
-            await self._remember(envelope, choice.agent_id)
+            await self.ledger.remember(envelope, choice.agent_id)
         return choice
 
     async def _bid_or_fallback(
@@ -380,13 +354,6 @@ class SemanticSelector:
             stats = self.index.stats(agent_id)
             self.index.set_stats(agent_id, replace(stats, load=stats.load + 1, idle_s=0.0))
 
-    async def _remember(self, envelope: TaskEnvelope, agent_id: str) -> None:
-        rerouted = envelope.reroutes > 0 or bool(envelope.excluded_agents)
-        self._recent[envelope.task_id] = _Dispatched(agent_id, envelope.capability, rerouted)
-        while len(self._recent) > RECENT_LIMIT:
-            self._recent.popitem(last=False)
-        await record_route(self.conn, envelope.task_id, agent_id, envelope.capability, rerouted)
-
     # --- learning from outcomes ------------------------------------------------------------
     async def _on_event(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -399,29 +366,11 @@ class SemanticSelector:
             logger.error("learning from %s failed", event.type, exc_info=True)
 
     async def learn(self, event: Event) -> None:
-        agent_id = event.agent_id
-        if agent_id is None or event.task_id is None:
+        agent_id = await self.ledger.observe(event)
+        if agent_id is None:
             return
-        if event.type == "route.feedback":
-            self._memory_dirty.add(agent_id)
+        if self.ledger.memory_dirty:
             self._wake.set()
-            return
-        kind = OUTCOME_KINDS.get(event.type)
-        if kind is None or (kind == "rejected" and "rejected" not in event.data):
-            return
-        if kind == "completed":
-            self.breakers.record(agent_id, True)
-        elif kind == "failed" and event.data.get("error") not in ("expired_in_queue",):
-            self.breakers.record(agent_id, False)
-        counts = self._counts.setdefault(agent_id, {})
-        counts[kind] = counts.get(kind, 0) + 1
-        mine = self._recent.pop(event.task_id, None)
-        if mine is not None and mine.agent_id == agent_id:
-            # the router that chose the agent writes the outcome once for the whole mesh
-            learn_text = mine.text if kind == "completed" and not mine.rerouted else None
-            await self.memory.record(agent_id, event.task_id, kind, learn_text=learn_text)
-            if learn_text is not None:
-                self._memory_dirty.add(agent_id)
         state = self.snapshot.agent(agent_id)
         if state is not None and agent_id in self.index:
             self.index.set_stats(agent_id, self._stats(state, now_ms()))

@@ -269,7 +269,7 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
 
 def _outcomes(m: SemanticMesh) -> int:
     assert m.selector is not None
-    return sum(sum(c.values()) for c in m.selector._counts.values())
+    return m.selector.ledger.outcomes()
 
 
 async def test_feedback_teaches_and_penalises(mesh: SemanticMesh, conn: MeshConnection) -> None:
