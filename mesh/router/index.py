@@ -41,7 +41,6 @@ so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -51,6 +50,8 @@ from numpy.typing import NDArray
 from mesh.router.embedding import Embedder
 from mesh.router.fitting import FitConfig, FitResult, fit_snapshot, unit
 from mesh.router.lexical import LexicalIndex
+from mesh.router.rules import RuleIndex, keyword_tokens, tokens
+from mesh.router.stats import AgentStats, StatsTable
 
 __all__ = [
     "AgentEntry",
@@ -66,10 +67,6 @@ logger = logging.getLogger(__name__)
 
 F32 = NDArray[np.float32]
 
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-#: statuses an agent can be routed to
-ROUTABLE = "up"
 #: past this many agents the softmax normaliser and the lexical coverage use only the rows
 #: with the best dense part (`similarity`)
 CANDIDATE_ROWS = 64
@@ -79,27 +76,6 @@ LSE_ROWS = CANDIDATE_ROWS
 #: CLINC150 dev set the right agent is among the best 10 for 98 % of the queries, and
 #: re-ranking the best 10 scored the same as scoring all 150)
 LEXICAL_ROWS = 10
-
-
-def tokens(text: str) -> list[str]:
-    """Lower-case word tokens, the unit of keyword matching."""
-    return _WORD.findall(text.lower())
-
-
-@dataclass(frozen=True)
-class AgentStats:
-    """Runtime facts about one agent that scoring weighs besides similarity."""
-
-    load: int = 0
-    max_concurrency: int = 1
-    #: share of recent tasks that succeeded, in [0, 1]
-    success_rate: float = 1.0
-    #: seconds since the agent last got a task (large when it never did)
-    idle_s: float = 1e9
-    status: str = ROUTABLE
-    priority: int = 0
-    #: tasks completed so far; below `cold_tasks` the agent is "cold" (exploration)
-    completed: int = 0
 
 
 @dataclass
@@ -164,20 +140,13 @@ class CapabilityIndex:
         #: bias, so the cosine and the logit come out of one product (see `similarity`)
         self._sim_rows = np.zeros((cap, dim), np.float32)
         self._sim_bias = np.zeros(cap, np.float32)
-        self._load = np.zeros(cap, np.float32)
-        self._max_conc = np.ones(cap, np.float32)
-        self._success = np.ones(cap, np.float32)
-        self._idle = np.full(cap, 1e9, np.float32)
-        self._routable = np.zeros(cap, np.bool_)
-        self._priority = np.zeros(cap, np.float32)
-        self._completed = np.zeros(cap, np.int64)
+        self._stats = StatsTable(cap)
         #: per row: the agent's slot in `_lexical`
         self._lex_slots = np.zeros(cap, np.intp)
         self._lexical = LexicalIndex()
         #: texts held by the lexical channel; it is off while this is 0
         self._lex_texts = 0
-        self._by_tag: dict[tuple[str, str], set[str]] = {}
-        self._by_keyword: dict[str, set[str]] = {}
+        self._rules = RuleIndex()
         self._ids: tuple[str, ...] | None = None
         #: genre means from the last fit (zero before it: plain cosines)
         self._capability_mean = np.zeros(dim, np.float32)
@@ -326,31 +295,31 @@ class CapabilityIndex:
 
     @property
     def load(self) -> F32:
-        return self._load[: len(self)]
+        return self._stats.load[: len(self)]
 
     @property
     def max_concurrency(self) -> F32:
-        return self._max_conc[: len(self)]
+        return self._stats.max_conc[: len(self)]
 
     @property
     def success_rate(self) -> F32:
-        return self._success[: len(self)]
+        return self._stats.success[: len(self)]
 
     @property
     def idle_s(self) -> F32:
-        return self._idle[: len(self)]
+        return self._stats.idle[: len(self)]
 
     @property
     def routable(self) -> NDArray[np.bool_]:
-        return self._routable[: len(self)]
+        return self._stats.routable[: len(self)]
 
     @property
     def priority(self) -> F32:
-        return self._priority[: len(self)]
+        return self._stats.priority[: len(self)]
 
     @property
     def completed(self) -> NDArray[np.int64]:
-        return self._completed[: len(self)]
+        return self._stats.completed[: len(self)]
 
     # --- membership ----------------------------------------------------------------------
     def add(
@@ -371,7 +340,7 @@ class CapabilityIndex:
         """
         examples = np.asarray(examples, np.float32).reshape(-1, self.dim)
         capability = np.asarray(capability, np.float32).reshape(self.dim)
-        kws = tuple(t for t in (tuple(tokens(k)) for k in keywords) if t)
+        kws = keyword_tokens(keywords)
         entry = AgentEntry(agent_id, capability, examples, dict(tags or {}), kws)
         entry.texts = tuple(texts)
         old_row = self._rows.get(agent_id)
@@ -397,10 +366,7 @@ class CapabilityIndex:
             self._lex_add(slot, text)
         if stats is not None:
             self.set_stats(agent_id, stats)
-        for k, v in entry.tags.items():
-            self._by_tag.setdefault((k, v), set()).add(agent_id)
-        for kw in entry.keywords:
-            self._by_keyword.setdefault(kw[0], set()).add(agent_id)
+        self._rules.add(agent_id, entry.tags, entry.keywords)
         self._is_fitted[row] = False  # new texts: a fitted row (or a removed agent's) is stale
         self._changed(row)
         self._ids = None
@@ -421,6 +387,7 @@ class CapabilityIndex:
             self._rows[moved.agent_id] = row
             for arr in self._arrays():
                 arr[row] = arr[last]
+            self._stats.move(last, row)
             self._raw_texts[row] = self._raw_texts[last]
         self._raw_texts[last] = None
         self._entries.pop()
@@ -430,55 +397,25 @@ class CapabilityIndex:
         return True
 
     def set_stats(self, agent_id: str, stats: AgentStats) -> None:
-        row = self._rows[agent_id]
-        self._load[row] = stats.load
-        self._max_conc[row] = max(stats.max_concurrency, 1)
-        self._success[row] = stats.success_rate
-        self._idle[row] = stats.idle_s
-        self._routable[row] = stats.status == ROUTABLE
-        self._priority[row] = stats.priority
-        self._completed[row] = stats.completed
+        self._stats.set(self._rows[agent_id], stats)
 
     def stats(self, agent_id: str) -> AgentStats:
-        row = self._rows[agent_id]
-        return AgentStats(
-            load=int(self._load[row]),
-            max_concurrency=int(self._max_conc[row]),
-            success_rate=float(self._success[row]),
-            idle_s=float(self._idle[row]),
-            status=ROUTABLE if self._routable[row] else "unavailable",
-            priority=int(self._priority[row]),
-            completed=int(self._completed[row]),
-        )
+        return self._stats.get(self._rows[agent_id])
 
     # --- rule filter and keywords ----------------------------------------------------------
     def tag_mask(self, required: Mapping[str, str]) -> NDArray[np.bool_]:
         """Rows whose tags contain every ``k=v`` of `required`."""
-        mask = np.zeros(len(self), np.bool_)
-        ids: set[str] | None = None
-        for k, v in required.items():
-            have = self._by_tag.get((k, str(v)), set())
-            ids = set(have) if ids is None else ids & have
-        if ids is None:
-            mask[:] = True
-            return mask
-        mask[[self._rows[a] for a in ids]] = True
+        ids = self._rules.with_tags(required)
+        mask = np.full(len(self), ids is None, np.bool_)
+        if ids:
+            mask[[self._rows[a] for a in ids]] = True
         return mask
 
     def keyword_hits(self, query_text: str) -> NDArray[np.float32]:
         """Per row: 1.0 when one of the agent's keywords (all its words) is in the query."""
         hits = np.zeros(len(self), np.float32)
-        words = tokens(query_text)
-        if not self._by_keyword or not words:
-            return hits
-        present = set(words)
-        for word in present:
-            for agent_id in self._by_keyword.get(word, ()):
-                row = self._rows[agent_id]
-                if hits[row] == 0 and any(
-                    kw[0] == word and present.issuperset(kw) for kw in self._entries[row].keywords
-                ):
-                    hits[row] = 1.0
+        for agent_id in self._rules.keyword_hits(query_text):
+            hits[self._rows[agent_id]] = 1.0
         return hits
 
     # --- learning ------------------------------------------------------------------------
@@ -638,24 +575,15 @@ class CapabilityIndex:
         self._sim_bias[row] = weight * self._biases[row]
 
     # --- storage -------------------------------------------------------------------------
+    #: per-row arrays of the index itself (the stats table has its own), grown and moved
+    #: together
+    _ARRAYS = (
+        "_centroids", "_raw", "_weights", "_biases", "_is_fitted", "_sim_rows", "_sim_bias",
+        "_lex_slots",
+    )
+
     def _arrays(self) -> list[NDArray[np.generic]]:
-        return [
-            self._centroids,
-            self._raw,
-            self._weights,
-            self._biases,
-            self._is_fitted,
-            self._sim_rows,
-            self._sim_bias,
-            self._load,
-            self._max_conc,
-            self._success,
-            self._idle,
-            self._routable,
-            self._priority,
-            self._completed,
-            self._lex_slots,
-        ]
+        return [getattr(self, name) for name in self._ARRAYS]
 
     def _grow(self, need: int) -> None:
         cap = self._centroids.shape[0]
@@ -663,23 +591,8 @@ class CapabilityIndex:
             return
         new_cap = max(need, cap * 2)
         self._raw_texts.extend([None] * (new_cap - cap))
-        for name in (
-            "_centroids",
-            "_raw",
-            "_weights",
-            "_biases",
-            "_is_fitted",
-            "_sim_rows",
-            "_sim_bias",
-            "_load",
-            "_max_conc",
-            "_success",
-            "_idle",
-            "_routable",
-            "_priority",
-            "_completed",
-            "_lex_slots",
-        ):
+        self._stats.grow(new_cap)
+        for name in self._ARRAYS:
             old = getattr(self, name)
             new = np.zeros((new_cap, *old.shape[1:]), old.dtype)
             new[:cap] = old
@@ -694,7 +607,4 @@ class CapabilityIndex:
         self._lex_texts -= 1
 
     def _unindex(self, entry: AgentEntry) -> None:
-        for k, v in entry.tags.items():
-            self._by_tag.get((k, v), set()).discard(entry.agent_id)
-        for kw in entry.keywords:
-            self._by_keyword.get(kw[0], set()).discard(entry.agent_id)
+        self._rules.remove(entry.agent_id, entry.tags)

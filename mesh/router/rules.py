@@ -1,0 +1,69 @@
+"""Rule filters and keyword boosts: which agents carry a tag, which keywords a query hits.
+
+Kept by agent id (`CapabilityIndex` maps ids to rows), so an agent's rules are added and
+removed in O(its tags + keywords), never by walking every agent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+Keyword = tuple[str, ...]
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case word tokens, the unit of keyword matching."""
+    return _WORD.findall(text.lower())
+
+
+def keyword_tokens(keywords: Iterable[str]) -> tuple[Keyword, ...]:
+    """Each keyword as its words (a keyword of several words matches when all are present)."""
+    return tuple(t for t in (tuple(tokens(k)) for k in keywords) if t)
+
+
+class RuleIndex:
+    """Tags and keywords of every agent."""
+
+    def __init__(self) -> None:
+        self._by_tag: dict[tuple[str, str], set[str]] = {}
+        self._by_keyword: dict[str, set[str]] = {}
+        self._keywords: dict[str, tuple[Keyword, ...]] = {}
+
+    def add(self, agent_id: str, tags: Mapping[str, str], keywords: tuple[Keyword, ...]) -> None:
+        for k, v in tags.items():
+            self._by_tag.setdefault((k, v), set()).add(agent_id)
+        for kw in keywords:
+            self._by_keyword.setdefault(kw[0], set()).add(agent_id)
+        self._keywords[agent_id] = keywords
+
+    def remove(self, agent_id: str, tags: Mapping[str, str]) -> None:
+        for k, v in tags.items():
+            self._by_tag.get((k, v), set()).discard(agent_id)
+        for kw in self._keywords.pop(agent_id, ()):
+            self._by_keyword.get(kw[0], set()).discard(agent_id)
+
+    def with_tags(self, required: Mapping[str, str]) -> set[str] | None:
+        """Agents whose tags contain every ``k=v`` of `required` (None: no rule at all)."""
+        ids: set[str] | None = None
+        for k, v in required.items():
+            have = self._by_tag.get((k, str(v)), set())
+            ids = set(have) if ids is None else ids & have
+        return ids
+
+    def keyword_hits(self, query_text: str) -> set[str]:
+        """Agents one of whose keywords (all of its words) is in the query."""
+        words = tokens(query_text)
+        if not self._by_keyword or not words:
+            return set()
+        present = set(words)
+        hit: set[str] = set()
+        for word in present:
+            for agent_id in self._by_keyword.get(word, ()):
+                if agent_id not in hit and any(
+                    kw[0] == word and present.issuperset(kw) for kw in self._keywords[agent_id]
+                ):
+                    hit.add(agent_id)
+        return hit

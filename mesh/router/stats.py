@@ -1,0 +1,81 @@
+"""Runtime facts about each agent that scoring weighs besides similarity, kept as arrays
+aligned with the capability index's rows so a decision over 10,000 agents never walks
+Python objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+
+#: statuses an agent can be routed to
+ROUTABLE = "up"
+
+
+@dataclass(frozen=True)
+class AgentStats:
+    """Runtime facts about one agent that scoring weighs besides similarity."""
+
+    load: int = 0
+    max_concurrency: int = 1
+    #: share of recent tasks that succeeded, in [0, 1]
+    success_rate: float = 1.0
+    #: seconds since the agent last got a task (large when it never did)
+    idle_s: float = 1e9
+    status: str = ROUTABLE
+    #: priority levels (each worth `ScoreWeights.priority_bonus`)
+    priority: int = 0
+    #: tasks completed so far; below `cold_tasks` the agent is "cold" (exploration)
+    completed: int = 0
+
+
+class StatsTable:
+    """One array per fact, one row per agent; rows are managed by the owning index."""
+
+    #: the arrays, grown and moved together
+    ARRAYS = ("load", "max_conc", "success", "idle", "routable", "priority", "completed")
+
+    def __init__(self, capacity: int) -> None:
+        self.load = np.zeros(capacity, np.float32)
+        self.max_conc = np.ones(capacity, np.float32)
+        self.success = np.ones(capacity, np.float32)
+        self.idle = np.full(capacity, 1e9, np.float32)
+        self.routable = np.zeros(capacity, np.bool_)
+        self.priority = np.zeros(capacity, np.float32)
+        self.completed = np.zeros(capacity, np.int64)
+
+    def grow(self, capacity: int) -> None:
+        for name in self.ARRAYS:
+            old = getattr(self, name)
+            new = np.zeros(capacity, old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def move(self, source: int, target: int) -> None:
+        """Copy row `source` onto row `target` (the index fills a removed row)."""
+        for name in self.ARRAYS:
+            arr = getattr(self, name)
+            arr[target] = arr[source]
+
+    def set(self, row: int, stats: AgentStats) -> None:
+        self.load[row] = stats.load
+        self.max_conc[row] = max(stats.max_concurrency, 1)
+        self.success[row] = stats.success_rate
+        self.idle[row] = stats.idle_s
+        self.routable[row] = stats.status == ROUTABLE
+        self.priority[row] = stats.priority
+        self.completed[row] = stats.completed
+
+    def get(self, row: int) -> AgentStats:
+        return AgentStats(
+            load=int(self.load[row]),
+            max_concurrency=int(self.max_conc[row]),
+            success_rate=float(self.success[row]),
+            idle_s=float(self.idle[row]),
+            status=ROUTABLE if self.routable[row] else "unavailable",
+            priority=int(self.priority[row]),
+            completed=int(self.completed[row]),
+        )
