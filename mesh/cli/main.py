@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "mesh.cli.calibrate",
     "mesh.cli.feedback",
     "mesh.cli.task",
+    "mesh.cli.dlq",
     "mesh.cli.demo",
 )
 

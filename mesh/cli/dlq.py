@@ -1,0 +1,58 @@
+"""`mesh dlq list REASON` and `mesh dlq replay REASON`: the dead-letter queues."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from mesh.config import Settings
+from mesh.connection import connect
+from mesh.dispatch.dead_letters import peek, replay
+from mesh.topology import DEAD_REASONS
+from schemas.codec import dumps
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("dlq", help="list or replay dead letters")
+    dsub = p.add_subparsers(dest="action", required=True)
+    ls = dsub.add_parser("list", help="show dead letters (they stay in their queue)")
+    ls.add_argument("reason", choices=DEAD_REASONS)
+    ls.add_argument("--limit", type=int, default=20)
+    ls.add_argument("--json", action="store_true", help="one JSON object per line")
+    ls.set_defaults(func=_list)
+    rp = dsub.add_parser("replay", help="resubmit dead tasks as new tasks (same trace)")
+    rp.add_argument("reason", choices=[r for r in DEAD_REASONS if r != "invalid"])
+    rp.add_argument("--limit", type=int, default=1)
+    rp.set_defaults(func=_replay)
+
+
+def _list(args: argparse.Namespace, settings: Settings) -> int:
+    async def go() -> int:
+        async with await connect(settings, name="mesh-dlq") as conn:
+            letters = await peek(conn, args.reason, args.limit)
+        for letter in letters:
+            if args.json:
+                print(dumps(letter.as_dict()).decode())
+            else:
+                code = letter.details.get("code") or letter.details.get("last_error") or ""
+                print(f"{letter.task_id or '-':34s} {letter.reason:10s} {code}")
+        if not letters:
+            print(f"mesh.dead.{args.reason} is empty", file=sys.stderr)
+        return 0
+
+    return asyncio.run(go())
+
+
+def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    async def go() -> int:
+        async with await connect(settings, name="mesh-dlq") as conn:
+            done = await replay(conn, args.reason, args.limit)
+        for old, new in done:
+            print(f"replayed {old} as {new}")
+        if not done:
+            print(f"nothing replayed from mesh.dead.{args.reason}", file=sys.stderr)
+        return 0
+
+    return asyncio.run(go())

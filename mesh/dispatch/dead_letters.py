@@ -1,0 +1,118 @@
+"""Dead letters: look at them, and replay them (`mesh dlq list|replay`).
+
+Listing takes messages without acknowledging them and closes the channel, so RabbitMQ puts
+them back: nothing is lost by looking. Replaying republishes a dead envelope to the ingress
+as a *new* task (a fresh task_id: the old one is finished, and its idempotency record would
+answer it with the old Result), with the same trace, its deadline reset, and `source`
+naming the dead task; the dead letter is acknowledged only after the publish is confirmed.
+Bodies that are not valid envelopes (`mesh.dead.invalid`) are never replayed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mesh.connection import MeshConnection
+from mesh.messaging import Publisher
+from mesh.topology import REASON_HEADER, DeadReason
+from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id
+from schemas.codec import loads
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    reason: str
+    task_id: str | None
+    body: bytes
+    details: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        try:
+            body: Any = loads(self.body)
+        except ValueError:
+            body = self.body[:2_000].decode(errors="replace")
+        return {
+            "reason": self.reason,
+            "task_id": self.task_id,
+            "details": self.details,
+            "body": body,
+        }
+
+
+async def peek(conn: MeshConnection, reason: DeadReason, limit: int = 20) -> list[DeadLetter]:
+    """Up to `limit` dead letters of `reason`, oldest first, left in their queue."""
+    channel = await conn.channel(confirms=False)
+    try:
+        queue = await channel.get_queue(conn.topology.dead_queue(reason), ensure=False)
+        found: list[DeadLetter] = []
+        while len(found) < limit:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                break
+            headers = message.headers or {}
+            raw_details = headers.get("x-mesh-details")
+            try:
+                details = loads(raw_details) if isinstance(raw_details, str | bytes) else {}
+            except ValueError:
+                details = {"raw": str(raw_details)[:500]}
+            found.append(
+                DeadLetter(
+                    str(headers.get(REASON_HEADER, reason)),
+                    message.message_id,
+                    message.body,
+                    details if isinstance(details, dict) else {},
+                )
+            )
+        return found
+    finally:
+        await channel.close()  # unacknowledged: back in the queue
+
+
+def replayed(envelope: TaskEnvelope) -> TaskEnvelope:
+    """The new task a dead envelope becomes when it is replayed."""
+    return envelope.model_copy(
+        update={
+            "task_id": new_id(),
+            "source": f"dlq-replay:{envelope.task_id}",
+            "deadline_ms": None,
+            "created_ms": None,
+            "attempt": 0,
+            "reroutes": 0,
+            "excluded_agents": [],
+            "route": None,
+        }
+    )
+
+
+async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> list[tuple[str, str]]:
+    """Replay up to `limit` dead letters of `reason`; returns (old, new) task ids."""
+    if reason == "invalid":
+        raise ValueError("invalid bodies cannot be replayed: fix and resubmit them")
+    publisher = Publisher(conn)
+    await publisher.start()
+    channel = await conn.channel(confirms=False)
+    done: list[tuple[str, str]] = []
+    try:
+        queue = await channel.get_queue(conn.topology.dead_queue(reason), ensure=False)
+        while len(done) < limit:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                break
+            try:
+                envelope = decode(
+                    TaskEnvelope, message.body, max_payload_bytes=conn.settings.max_payload_bytes
+                )
+            except InvalidEnvelope:
+                await message.reject(requeue=True)
+                break
+            fresh = replayed(envelope)
+            await publisher.publish_envelope(
+                conn.topology.ingress, conn.topology.ingress_key, fresh, mandatory=True
+            )
+            await message.ack()
+            done.append((envelope.task_id, fresh.task_id))
+    finally:
+        await channel.close()
+        await publisher.close()
+    return done
