@@ -54,7 +54,7 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
     fit = index.fit_directions()
     if not fit.fitted:  # too large to fit: install the initial weights to time that path
         ids = index.ids
-        weights_init = index.centroids * np.float32(index.fit_config.scale)
+        weights_init = index.prototypes * np.float32(index.fit_config.scale)
         fit = replace(fit, weights=weights_init, biases=np.zeros(len(ids), np.float32))
     assert index.apply_fit(fit)
     weights = ScoreWeights.from_settings(Settings(), threshold=0.3)

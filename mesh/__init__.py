@@ -14,10 +14,8 @@ from mesh.errors import (
     Reject,
     RequestTimeout,
     Retry,
-    RoutingError,
     ServiceUnavailable,
     StaleFencingToken,
-    TaskFailed,
 )
 from mesh.topology import Topology
 from mesh.worker.agent import Agent
@@ -35,12 +33,10 @@ __all__ = [
     "Reject",
     "RequestTimeout",
     "Retry",
-    "RoutingError",
     "ServiceUnavailable",
     "Settings",
     "StaleFencingToken",
     "TaskContext",
-    "TaskFailed",
     "Topology",
     "WorkerRuntime",
     "connect",

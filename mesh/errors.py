@@ -42,19 +42,6 @@ class StaleFencingToken(RegistryError):
         )
 
 
-class RoutingError(MeshError):
-    """No agent could be chosen for a task."""
-
-
-class TaskFailed(MeshError):
-    """A request ended with a non-completed Result (raised by `MeshClient.call`)."""
-
-    def __init__(self, status: str, code: str | None, message: str | None) -> None:
-        self.status = status
-        self.code = code
-        super().__init__(f"task {status}: {code or ''} {message or ''}".strip())
-
-
 class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 

@@ -208,10 +208,6 @@ class Topology:
     def dead_key(self, reason: DeadReason) -> str:
         return f"dead.{reason}"
 
-    def is_own(self, name: str) -> bool:
-        """True for an exchange or queue name of this namespace."""
-        return name.startswith(self.namespace + ".")
-
     # --- specs -----------------------------------------------------------------------------
     def _queue_args(self, *, priority: bool) -> dict[str, Any]:
         if self.queue_type == "quorum":

@@ -70,8 +70,6 @@ F32 = NDArray[np.float32]
 #: past this many agents the softmax normaliser and the lexical coverage use only the rows
 #: with the best dense part (`similarity`)
 CANDIDATE_ROWS = 64
-#: former name of `CANDIDATE_ROWS`
-LSE_ROWS = CANDIDATE_ROWS
 #: the lexical coverage is computed for this many rows with the best dense part (on the
 #: CLINC150 dev set the right agent is among the best 10 for 98 % of the queries, and
 #: re-ranking the best 10 scored the same as scoring all 150)
@@ -180,10 +178,6 @@ class CapabilityIndex:
     @property
     def prototypes(self) -> F32:
         """``(n, dim)`` unit centroids in the centred space (`center_query` maps a query there)."""
-        return self._centroids[: len(self)]
-
-    @property
-    def centroids(self) -> F32:
         return self._centroids[: len(self)]
 
     @property

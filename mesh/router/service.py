@@ -20,7 +20,6 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
-from mesh.errors import NotStarted
 from mesh.messaging import Publisher
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
@@ -387,7 +386,3 @@ async def _settle_quietly(action: Any) -> None:
     except TRANSIENT_ERRORS:
         logger.info("ack/nack on a lost channel skipped; the message will be redelivered")
 
-
-def require_started(obj: object | None, what: str) -> None:
-    if obj is None:
-        raise NotStarted(f"{what} is not started: await start() first")
