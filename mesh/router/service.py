@@ -56,6 +56,20 @@ class NoSelector:
         return None
 
 
+def death_reason(headers: dict[str, Any]) -> str:
+    """Why RabbitMQ dead-lettered a dispatch: expired, rejected, delivery_limit, maxlen."""
+    reason = headers.get("x-first-death-reason")
+    if isinstance(reason, bytes):
+        reason = reason.decode()
+    if isinstance(reason, str):
+        return reason
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
+        first = deaths[0].get("reason")
+        return first.decode() if isinstance(first, bytes) else str(first)
+    return "unknown"
+
+
 class RouterService:
     """One router: `await start()`, then it consumes until `await close()`."""
 
@@ -144,16 +158,23 @@ class RouterService:
             return
         returned_from = self.topology.agent_of_routing_key(routing_key)
         if returned_from is not None and "x-death" in headers:
+            reason = death_reason(headers)
+            # a target is the only candidate: when nobody took it in time (a busy or
+            # reconnecting worker) it is tried again; a rejection or a poison delivery
+            # limit excludes it, like any other agent
+            retry_target = envelope.target == returned_from and reason == "expired"
+            excluded = envelope.excluded_agents
             envelope = envelope.model_copy(
                 update={
-                    "excluded_agents": [*envelope.excluded_agents, returned_from],
+                    "excluded_agents": excluded if retry_target else [*excluded, returned_from],
                     "reroutes": envelope.reroutes + 1,
                 }
             )
             logger.info(
-                "task_id=%s came back from agent=%s (reroute %d)",
+                "task_id=%s came back from agent=%s (%s; reroute %d)",
                 envelope.task_id,
                 returned_from,
+                reason,
                 envelope.reroutes,
             )
             applied = await self.store.advance(
@@ -385,4 +406,3 @@ async def _settle_quietly(action: Any) -> None:
         await action
     except TRANSIENT_ERRORS:
         logger.info("ack/nack on a lost channel skipped; the message will be redelivered")
-

@@ -15,6 +15,7 @@ from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
 from schemas import TaskEnvelope, decode, now_ms
 from tests.agents_for_tests import effect_agent, failing_agent
+from tests.conftest import wait_until
 from tests.integration.dispatch_kit import (
     EventTap,
     OrderedSelector,
@@ -92,6 +93,41 @@ async def test_no_consumer_accept_timeout_reroutes_to_next_candidate(
         "processing",
         "completed",
     ]
+
+
+async def test_target_not_taken_in_time_is_tried_again_then_unroutable(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    """A target is its task's only candidate: an accept timeout (a worker busy or
+    reconnecting after a broker restart) sends it to the same target again, at most
+    `max_reroutes` times; a worker that shows up in between completes it."""
+    channel = await conn.channel()
+    await conn.topology.declare(channel)
+    await conn.topology.declare(channel, conn.topology.agent_spec("effect"))
+    await start_router(conn, add_cleanup)
+    store = TaskStore(conn.redis, conn.keys, conn.settings)
+    async with MeshClient(conn) as client:
+        envelope = TaskEnvelope(capability="late worker", target="effect", reply_to=client.reply_to)
+        pending = asyncio.ensure_future(client.send(envelope, wait_s=10))
+
+        async def rerouted_once() -> bool:
+            return "rerouting" in [h["state"] for h in await store.history(envelope.task_id)]
+
+        # the first dispatch expires unconsumed; then a worker starts
+        await wait_until(rerouted_once, timeout=5)
+        await start_worker(conn, add_cleanup, effect_agent())
+        result = await pending
+        assert result.status == "completed" and result.agent_id == "effect"
+        # nobody ever consumes: three dispatches to the target, then unroutable
+        await conn.topology.declare(channel, conn.topology.agent_spec("absent"))
+        started = asyncio.get_running_loop().time()
+        gone = await client.request("nobody home", target="absent", wait_s=10)
+        took = asyncio.get_running_loop().time() - started
+    assert gone.status == "unroutable"
+    assert gone.error is not None and gone.error.code == "reroutes_exhausted"
+    assert took >= 3 * 0.3
+    states = [h["state"] for h in await store.history(gone.task_id)]
+    assert states.count("dispatched") == conn.settings.max_reroutes + 1
 
 
 async def test_no_candidate_left_is_unroutable_and_answered(
