@@ -18,6 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from mesh.config import Settings
+from mesh.router.fitting import Head
 from mesh.router.index import AgentStats, CapabilityIndex
 from mesh.router.scoring import ScoreWeights, score
 
@@ -52,10 +53,16 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float]:
             + [_words(rng, 8) for _ in range(5)],
         )
     fit = index.fit_directions()
-    if not fit.fitted:  # too large to fit: install the initial weights to time that path
-        ids = index.ids
-        weights_init = index.prototypes * np.float32(index.fit_config.scale)
-        fit = replace(fit, weights=weights_init, biases=np.zeros(len(ids), np.float32))
+    if not fit.fitted:  # too large to fit: install a random head to time that path
+        cfg = index.fit_config
+        width = cfg.members * cfg.hidden
+        head = Head(
+            hidden_weights=rng.standard_normal((cfg.members, DIM, cfg.hidden), np.float32),
+            hidden_biases=np.zeros((cfg.members, cfg.hidden), np.float32),
+            weights=rng.standard_normal((n, width), np.float32) * np.float32(0.1),
+            biases=np.zeros((n, cfg.members), np.float32),
+        )
+        fit = replace(fit, head=head)
     assert index.apply_fit(fit)
     weights = ScoreWeights.from_settings(Settings(), threshold=0.3)
     queries = _unit(rng.standard_normal((QUERIES, DIM)))

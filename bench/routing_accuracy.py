@@ -20,12 +20,23 @@ on ``learn.jsonl`` as a development set for the cold index, never on val:
 * lexical variants, fused ``dense + w * lex`` (dev top-1 at best w, dev dense alone 0.823):
   word / stemmed-word / char-4-gram tokens x idf coverage / BM25 / max over single texts:
   0.825-0.831, all within half a point; re-ranking only the dense top 3-10: same
-* shipped: ``0.6 * dense + 0.4 * coverage``, coverage = idf-weighted share of the query's
+* previous: ``0.6 * dense + 0.4 * coverage``, coverage = idf-weighted share of the query's
   char 4-grams (CJK bigrams) in the agent's pooled texts, best 16 dense rows
   (weight 0.4 = additive w 0.67, the middle of the 0.5-1.0 dev plateau)
                                                           0.810 / 0.919, 0.954 / 0.976
-  same at weight 0.2 / 0.3                                0.808 / 0.919, 0.808 / 0.920
-  (the cold 0.82 goal is not reached: on val the lexical channel adds ~1 point)
+* second views of the encoder's own layers (mean token embedding, hidden layer y1)
+  concatenated to the sentence vector                     0.813-0.814 / -
+* token-level matching (BERTScore-like, contextual token features), top 10 re-ranked,
+  or a domain-tag prior                                   +0.3 point on dev at best
+* linear softmax with input dropout (0.3, 0.5)            no gain on dev
+* shipped: the linear softmax replaced by a head of 3 one-hidden-layer networks (128 ReLU
+  units, input dropout 0.1, hidden dropout 0.5, Adam 3e-3, 600 steps of 256 texts each,
+  log-probabilities averaged), capability texts centred by the request mean for it;
+  dev (learn.jsonl, cold) 0.8327 at logprob_weight 0.1 (0.05: 0.830, 0.15: 0.833;
+  seeds 0/10/20: 0.833 / 0.832 / 0.837; 5 members 0.835)
+                                                          0.826 / 0.916, 0.952 / 0.973
+  (one member alone is noisy: 0.80 on dev for the head by itself, 0.82 with three;
+  a linear path from the centroids inside the head overfits: 0.79-0.80 on val)
 """
 
 from __future__ import annotations

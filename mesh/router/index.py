@@ -15,10 +15,14 @@ Similarity method (measured with ``mesh calibrate``; every variant is listed in
 2. *Prototype.* Each agent's unit centroid of its centred vectors, the capability vector
    counted `FitConfig.capability_weight` times (it is the one text written to describe the
    whole agent; the examples are single instances). ``cos = centroid . q`` is a cosine.
-3. *Discriminative term.* `refit()` fits a softmax layer over all agents on every agent's
-   own centred texts (weights initialised at ``scale * centroid``, early-stopped). The
-   dense similarity adds ``logprob_weight * log p(agent | q)``: a non-positive penalty that
-   is ~0 when the query is unambiguously this agent's and grows when other agents claim it.
+3. *Discriminative head.* `refit()` fits a small ensemble of one-hidden-layer networks
+   over all agents on every agent's own centred texts (`mesh.router.fitting`). The dense
+   similarity adds ``logprob_weight * log p(agent | q)``, averaged over the members: a
+   non-positive penalty that is ~0 when the query is unambiguously this agent's and grows
+   when other agents claim it. The head is evaluated for the `CANDIDATE_ROWS` rows with
+   the best cosine only (the rest get the lowest candidate's term), and an agent the last
+   fit has not seen gets the leader's term: the head has no opinion on it until the next
+   fit, so it competes on cosine and coverage alone.
 4. *Lexical channel.* ``coverage`` in [0, 1] is the idf-weighted share of the query's
    character grams found in the agent's own texts (capability text, examples, learned
    texts; `mesh.router.lexical`). It catches the rare words an embedding blurs (a bank
@@ -67,8 +71,8 @@ logger = logging.getLogger(__name__)
 
 F32 = NDArray[np.float32]
 
-#: past this many agents the softmax normaliser and the lexical coverage use only the rows
-#: with the best dense part (`similarity`)
+#: past this many agents the head and the lexical coverage are computed only for the rows
+#: with the best cosine (`similarity`)
 CANDIDATE_ROWS = 64
 #: the lexical coverage is computed for this many rows with the best dense part (on the
 #: CLINC150 dev set the right agent is among the best 10 for 98 % of the queries, and
@@ -95,6 +99,9 @@ class AgentEntry:
     bad: int = 0
     #: the index's change counter at this entry's last change (a fit from before is stale)
     version: int = 0
+    #: the counter when this registration was added: a fit that saw an older registration
+    #: (or a removed agent of the same id) is not applied to it
+    registered: int = 0
 
     def requests(self) -> F32:
         """Example and learned vectors: texts written as requests, like queries."""
@@ -130,14 +137,15 @@ class CapabilityIndex:
         self._raw = np.zeros((cap, dim), np.float32)
         #: per row: the agent's own request texts as unit vectors (examples, learned)
         self._raw_texts: list[F32 | None] = [None] * cap
-        #: softmax weights and biases per row; rows never fitted hold ``scale * centroid``
-        self._weights = np.zeros((cap, dim), np.float32)
-        self._biases = np.zeros(cap, np.float32)
+        #: the head's output rows and biases per agent (`Head`); `_is_fitted` says which rows
+        #: hold them (a row learned since keeps them: one fit old, still this agent's)
+        cfg = self.fit_config
+        self._weights = np.zeros((cap, cfg.members * cfg.hidden), np.float32)
+        self._biases = np.zeros((cap, cfg.members), np.float32)
         self._is_fitted = np.zeros(cap, np.bool_)
-        #: what scoring multiplies: ``centroid + logprob_weight * weights`` and the weighted
-        #: bias, so the cosine and the logit come out of one product (see `similarity`)
-        self._sim_rows = np.zeros((cap, dim), np.float32)
-        self._sim_bias = np.zeros(cap, np.float32)
+        #: the head's shared hidden layers from the last fit, side by side: ``(dim, members *
+        #: hidden)`` and ``(members * hidden,)`` (None: no head in use)
+        self._hidden: tuple[F32, F32] | None = None
         self._stats = StatsTable(cap)
         #: per row: the agent's slot in `_lexical`
         self._lex_slots = np.zeros(cap, np.intp)
@@ -149,8 +157,6 @@ class CapabilityIndex:
         #: genre means from the last fit (zero before it: plain cosines)
         self._capability_mean = np.zeros(dim, np.float32)
         self._request_mean = np.zeros(dim, np.float32)
-        #: whether the softmax term is in use (a fit happened and was not skipped)
-        self._use_softmax = False
         self._version = 0
         #: True when agents or memories changed since the last `refit()`
         self.dirty = False
@@ -182,8 +188,8 @@ class CapabilityIndex:
 
     @property
     def fitted(self) -> bool:
-        """Whether the last fit produced a softmax term (see `FitResult.fitted`)."""
-        return self._use_softmax
+        """Whether the last fit produced a head (see `FitResult.fitted`)."""
+        return self._hidden is not None
 
     def center_query(self, query: F32) -> F32:
         """The unit query vector moved into the centred request space."""
@@ -200,7 +206,7 @@ class CapabilityIndex:
 
         Ranking: `_similarity` (centred, discriminative, lexical). It tells agents apart,
         but its scale depends on who else is registered: with three agents the genre means
-        and the softmax remove most of what a query shares with the right agent.
+        and the head remove most of what a query shares with the right agent.
 
         Match: the mean of two raw (uncentred) cosines, to the agent's centroid and to its
         closest own text (a query that paraphrases one registered example should pass even
@@ -245,36 +251,36 @@ class CapabilityIndex:
         Also returns the candidate rows and the positions, among them, of the best ones
         (those that got a coverage), which `scores` reuses.
 
-        `text` is the query's text for the lexical channel (no text: coverage 0). The dense
-        part ``cos + w * (z - lse(z))`` is computed as ``(centroid + w * weights) . q + w *
-        bias`` (one matrix-vector product) minus ``w * lse(z)``, one number per query. Past
-        `CANDIDATE_ROWS` agents ``lse`` sums only the logits of the `CANDIDATE_ROWS` rows
-        with the best dense part, and only they get a coverage: the rest hold a negligible
-        share of the softmax mass at the fitted scale, and it keeps a decision over 10,000
-        agents to one pass over the matrix.
+        `text` is the query's text for the lexical channel (no text: coverage 0). One
+        matrix-vector product gives every row's cosine; past `CANDIDATE_ROWS` agents the
+        head's log-probabilities (normalised over the candidates: the rest hold a negligible
+        share of the probability mass) and the coverage are computed for the rows with the
+        best cosine only, which keeps a decision over 10,000 agents to one pass over the
+        matrix.
         """
         q = self.center_query(query)
         n = len(self)
-        sim: F32 = self._sim_rows[:n] @ q
+        sim: F32 = self._centroids[:n] @ q
         if n == 0:
             return sim, None, None
         weight = np.float32(self.fit_config.logprob_weight)
-        softmax = self._use_softmax and weight > 0 and n >= 2
-        if softmax:
-            sim += self._sim_bias[:n]
+        head = self._hidden is not None and weight > 0 and n >= 2
         lw = np.float32(self.fit_config.lexical_weight)
         lexical = lw > 0 and self._lex_texts > 0
-        if not (softmax or lexical):
+        if not (head or lexical):
             return sim, None, None  # rows are the centroids: plain cosines
         rows: NDArray[np.intp] = (
             np.argpartition(-sim, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
             if n > CANDIDATE_ROWS
             else np.arange(n)
         )
-        if softmax:
-            z = self._weights[rows] @ q + self._biases[rows]
-            top = float(z.max())
-            sim -= weight * np.float32(top + np.log(np.exp(z - top).sum()))
+        if head:
+            logp = self._head_logp(q, rows)
+            if len(rows) < n:
+                sim += weight * logp.min()
+                sim[rows] += weight * (logp - logp.min())
+            else:
+                sim += weight * logp
         if not lexical:
             return sim, rows, None
         sim *= np.float32(1.0) - lw
@@ -286,6 +292,31 @@ class CapabilityIndex:
         if text:
             sim[rows[best]] += lw * self._lexical.coverage(text, self._lex_slots[rows[best]])
         return sim, rows, best
+
+    def _head_logp(self, q: F32, rows: NDArray[np.intp]) -> F32:
+        """The head's member-averaged ``log p(agent | q)`` over `rows` (module docstring)."""
+        assert self._hidden is not None
+        hidden_weights, hidden_biases = self._hidden
+        h = q @ hidden_weights
+        h += hidden_biases
+        np.maximum(h, 0, out=h)
+        members = self._biases.shape[1]
+        fitted = self._is_fitted[rows]
+        logp = np.zeros(len(rows), np.float32)
+        if not fitted.any():
+            return logp
+        known = rows[fitted]
+        z = np.einsum(
+            "rmh,mh->rm", self._weights[known].reshape(len(known), members, -1),
+            h.reshape(members, -1),
+        )
+        z += self._biases[known]
+        top = z.max(axis=0)
+        lse = top + np.log(np.exp(z - top).sum(axis=0))
+        known_logp = (z - lse).mean(axis=1).astype(np.float32)
+        logp[fitted] = known_logp
+        logp[~fitted] = known_logp.max()
+        return logp
 
     @property
     def load(self) -> F32:
@@ -363,6 +394,7 @@ class CapabilityIndex:
         self._rules.add(agent_id, entry.tags, entry.keywords)
         self._is_fitted[row] = False  # new texts: a fitted row (or a removed agent's) is stale
         self._changed(row)
+        entry.registered = entry.version
         self._ids = None
 
     def remove(self, agent_id: str) -> bool:
@@ -500,17 +532,17 @@ class CapabilityIndex:
         return self.apply_fit(self.fit_directions())
 
     def fit_directions(self) -> FitResult:
-        """Genre means and the softmax layer over every agent's texts, from a snapshot.
+        """Genre means and the head over every agent's texts, from a snapshot.
 
         Pure: reads the index, never mutates it, so it may run in a worker thread while
         the event loop keeps adding, removing and learning (entries' arrays are replaced,
-        never written in place). About half a second for 150 agents with 25 texts each;
-        the softmax is skipped past `FitConfig.max_cells` (texts x agents).
+        never written in place). About 5 s of CPU for 150 agents; the head is skipped
+        past `FitConfig.max_cells` (texts x agents).
         """
         entries = list(self._entries)
         return fit_snapshot(
             self._version,
-            {e.agent_id: e.version for e in entries},
+            {e.agent_id: e.registered for e in entries},
             [e.capability for e in entries],
             [e.requests() for e in entries],
             self.dim,
@@ -520,20 +552,22 @@ class CapabilityIndex:
     def apply_fit(self, result: FitResult) -> bool:
         """Install a `FitResult` (on the event loop); returns `result.fitted`.
 
-        Agents changed, added or removed since the snapshot keep an unfitted row
-        (``scale * centroid``, no bias) until the next fit; `dirty` stays True then.
+        Rows whose agent learned since the snapshot take the fitted head anyway (it is one
+        fit old); agents registered or re-registered since have no head row until the next
+        fit (the head abstains on them). `dirty` stays True while anything changed.
         """
         self._capability_mean = result.capability_mean
         self._request_mean = result.request_mean
-        self._use_softmax = result.fitted
+        head = result.head
+        self._hidden = None if head is None else head.side_by_side()
         fitted_rows = {a: i for i, a in enumerate(result.agents)}
         for row, entry in enumerate(self._entries):
             i = fitted_rows.get(entry.agent_id)
-            fresh = i is not None and result.agents[entry.agent_id] == entry.version
-            if fresh and result.weights is not None and result.biases is not None:
+            same = i is not None and result.agents[entry.agent_id] == entry.registered
+            if head is not None and same:
                 assert i is not None
-                self._weights[row] = result.weights[i]
-                self._biases[row] = result.biases[i]
+                self._weights[row] = head.weights[i]
+                self._biases[row] = head.biases[i]
                 self._is_fitted[row] = True
             else:
                 self._is_fitted[row] = False
@@ -561,19 +595,12 @@ class CapabilityIndex:
         self._raw[row] = unit(
             raw_requests + np.float32(cfg.capability_weight) * unit(entry.capability)
         )
-        if not self._is_fitted[row]:
-            self._weights[row] = centroid * np.float32(cfg.scale)
-            self._biases[row] = 0.0
-        weight = np.float32(cfg.logprob_weight if self._use_softmax else 0.0)
-        self._sim_rows[row] = centroid + weight * self._weights[row]
-        self._sim_bias[row] = weight * self._biases[row]
 
     # --- storage -------------------------------------------------------------------------
     #: per-row arrays of the index itself (the stats table has its own), grown and moved
     #: together
     _ARRAYS = (
-        "_centroids", "_raw", "_weights", "_biases", "_is_fitted", "_sim_rows", "_sim_bias",
-        "_lex_slots",
+        "_centroids", "_raw", "_weights", "_biases", "_is_fitted", "_lex_slots",
     )
 
     def _arrays(self) -> list[NDArray[np.generic]]:

@@ -1,7 +1,7 @@
 """Score every live agent for one query in a single numpy pass. Pure: no I/O, no clock.
 
 Two semantic numbers per agent come from `CapabilityIndex.scores` (see `mesh.router.index`):
-the *rank* score (centred cosine, softmax log-probability and lexical coverage; it tells
+the *rank* score (centred cosine, the head's log-probability and lexical coverage; it tells
 agents apart best, but its scale depends on who else is registered) and the absolute
 *similarity* (raw cosine to the agent's own centroid and lexical coverage; it depends on
 the agent's own texts only, so one calibrated threshold holds in a mesh of 3 agents or

@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 EXPLAIN_LIMIT = 25
 #: how often loads and liveness are copied from the snapshot into the index
 STATS_REFRESH_S = 1.0
+#: the pause between two fits is at least this many times the last fit's duration
+REFIT_DUTY = 4.0
+
+
 class SemanticSelector:
     """The semantic router's choice of agent. ``await start()`` before the router consumes."""
 
@@ -168,6 +172,7 @@ class SemanticSelector:
         """Apply registry changes, refresh loads, reload changed memories, refit when needed."""
         last_refit = time.monotonic()
         last_stats = time.monotonic()
+        last_fit_s = 0.0
         while True:
             raise_if_cancelling()
             with contextlib.suppress(TimeoutError):
@@ -185,12 +190,16 @@ class SemanticSelector:
                     last_stats = time.monotonic()
                 if self.ledger.memory_dirty:
                     await self._reload_memories()
+                # a fit takes seconds of CPU for a large mesh: it gets at most a
+                # 1 / REFIT_DUTY share of the time, however often the memories change
+                gap = max(self.settings.refit_interval_s, REFIT_DUTY * last_fit_s)
                 if self.index.dirty and (
-                    time.monotonic() - last_refit >= self.settings.refit_interval_s
-                    or len(self.index) <= 2
+                    time.monotonic() - last_refit >= gap or len(self.index) <= 2
                 ):
+                    started = time.monotonic()
                     await self._refit()
                     last_refit = time.monotonic()
+                    last_fit_s = last_refit - started
             except asyncio.CancelledError:
                 raise
             except Exception:

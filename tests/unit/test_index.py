@@ -101,18 +101,25 @@ def test_refit_separates_overlapping_agents() -> None:
     assert np.all(after <= cos + 1e-6) and before.shape == after.shape
 
 
-def test_fit_in_two_steps_ignores_agents_changed_meanwhile() -> None:
+def test_fit_in_two_steps_keeps_learners_and_abstains_on_new_registrations() -> None:
     index = CapabilityIndex(DIM)
-    for i in range(3):
+    for i in range(4):
         add(index, f"a{i}", i)
     result = index.fit_directions()
-    assert result.fitted and set(result.agents) == {"a0", "a1", "a2"}
-    index.learn("a1", unit(5), good=True)  # changed after the snapshot
+    assert result.fitted and set(result.agents) == {"a0", "a1", "a2", "a3"}
+    index.learn("a1", unit(5), good=True)  # learned after the snapshot: still a1
     index.remove("a2")
-    add(index, "a2", 7)  # removed and re-added: a new version, never the old one
+    add(index, "a2", 7)  # removed and re-added: a new registration, never the old head
+    add(index, "a3", 6)  # re-registered with other texts
     assert index.apply_fit(result) and index.dirty
-    assert index._is_fitted[index.row("a0")]
-    assert not index._is_fitted[index.row("a1")] and not index._is_fitted[index.row("a2")]
+    fitted = {a: bool(index._is_fitted[index.row(a)]) for a in index.ids}
+    assert fitted == {"a0": True, "a1": True, "a2": False, "a3": False}
+    # the head has no opinion on an agent it has not seen: it gets the leader's term
+    q = unit(7, noise=0.05, seed=3)
+    head_term = index.similarity(q) - index.prototypes @ index.center_query(q)
+    known = [index.row(a) for a in ("a0", "a1")]
+    assert np.all(head_term <= 1e-6)
+    assert head_term[index.row("a2")] == pytest.approx(head_term[known].max(), abs=1e-6)
     assert index.refit() and not index.dirty
     assert index._is_fitted[: len(index)].all()
 
