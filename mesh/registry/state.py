@@ -109,20 +109,44 @@ async def load_state(redis: Any, keys: Keys) -> dict[str, AgentState]:
         pipe.smembers(keys.agent_instances(agent_id))
     answers = await pipe.execute()
     agents: dict[str, AgentState] = {}
-    wanted: list[str] = []
+    wanted: list[tuple[str, str]] = []
     for n, agent_id in enumerate(agent_ids):
         raw_reg, members = answers[2 * n], answers[2 * n + 1]
         agents[agent_id] = AgentState(agent_id, _registration(raw_reg))
-        wanted += sorted(_s(m) for m in members)
+        wanted += [(agent_id, iid) for iid in sorted(_s(m) for m in members)]
     if wanted:
         pipe = redis.pipeline(transaction=False)
-        for iid in wanted:
+        for _, iid in wanted:
             pipe.hgetall(keys.instance(iid))
-        for raw in await pipe.execute():
+        forgotten = []
+        for (agent_id, iid), raw in zip(wanted, await pipe.execute(), strict=True):
             inst = InstanceState.from_hash(raw) if raw else None
-            if inst is not None and inst.agent_id in agents:
+            if inst is None:
+                forgotten.append((agent_id, iid))
+            elif inst.agent_id in agents:
                 agents[inst.agent_id].instances[inst.instance_id] = inst
+        if forgotten:
+            await _prune(redis, keys, forgotten)
     return agents
+
+
+#: drop an instance id from its agent's set once its hash has expired (`DOWN_RETENTION_MS`
+#: after it went down); checked in the script, so a re-registration in between is kept
+_PRUNE_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.call('SREM', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+async def _prune(redis: Any, keys: Keys, forgotten: list[tuple[str, str]]) -> None:
+    """Forget instance ids whose hash expired: process restarts leave a new id each time,
+    and the sets would otherwise grow for ever."""
+    pipe = redis.pipeline(transaction=False)
+    for agent_id, iid in forgotten:
+        pipe.eval(_PRUNE_LUA, 2, keys.agent_instances(agent_id), keys.instance(iid), iid)
+    await pipe.execute()
 
 
 def _registration(raw: bytes | str | None) -> Registration | None:

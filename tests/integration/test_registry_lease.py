@@ -6,7 +6,7 @@ import pytest
 
 from mesh.connection import MeshConnection
 from mesh.registry.lease import Beat, LeaseStore
-from mesh.registry.state import load_instance
+from mesh.registry.state import load_instance, load_state
 from schemas import Registration
 from tests.conftest import wait_until
 
@@ -73,3 +73,16 @@ async def test_release_needs_the_current_token(conn: MeshConnection) -> None:
     assert [r.code for r in await store.renew([Beat("lease", "r-1", new.token, 0, 1)])] == [
         "lost"
     ]
+
+
+async def test_forgotten_instance_ids_are_pruned_from_their_agent(conn: MeshConnection) -> None:
+    """A down instance's hash expires; the next full read drops its id from the agent's set
+    (a restarting worker leaves a new id each time), and keeps every id that has a hash."""
+    store = LeaseStore(conn.redis, conn.keys, lease_ttl_s=5)
+    for iid in ("p-live", "p-gone"):
+        await store.grant(reg(iid))
+    members = conn.keys.agent_instances("lease")
+    await conn.redis.delete(conn.keys.instance("p-gone"))  # what DOWN_RETENTION_MS does
+    state = await load_state(conn.redis, conn.keys)
+    assert set(state["lease"].instances) == {"p-live"}
+    assert {m.decode() for m in await conn.redis.smembers(members)} == {"p-live"}
