@@ -3,12 +3,19 @@
 Results come back on a reply queue owned by the client (named, durable, expiring once
 abandoned), so Results survive a broker restart and a robust reconnect resumes it.
 Several requests can be in flight at once; each waits on its own future, keyed by task_id.
+
+Results are published at least once: a publish whose confirm was lost in a broker outage
+is sent again, and a redelivered task is answered from its stored Result. The client hands
+a Result to the requests waiting for its task and drops a copy nobody waits for any more
+(`duplicate_results`); a copy that disagrees with the first (another status or output)
+would mean a task ran twice and is counted in `conflicting_results` and logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -24,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: an abandoned reply queue (its client gone without closing) is removed after this
 REPLY_QUEUE_EXPIRES_MS = 600_000
+#: how many answered task ids the client remembers to recognise a Result sent twice
+ANSWERED_MEMORY = 10_000
 
 
 class MeshClient:
@@ -41,7 +50,12 @@ class MeshClient:
         self._consumer_tag: str | None = None
         #: how long `submit` keeps retrying through a broker outage
         self.publish_retry_s = PUBLISH_RETRY_S
+        #: Results handed to waiting requests; copies nobody waited for are
+        #: `duplicate_results`
         self.results_received = 0
+        self.duplicate_results = 0
+        self.conflicting_results = 0
+        self._answered: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
 
     @property
     def reply_to(self) -> str:
@@ -74,14 +88,43 @@ class MeshClient:
             )
             await quietly(message.ack())
             return
+        seen = self._remember(result)
         waiters = self._waiters.pop(result.task_id, [])
-        if not waiters:
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(result)
+            self.results_received += 1
+        elif seen:
+            self.duplicate_results += 1
+            logger.info("second copy of the Result of task_id=%s dropped", result.task_id)
+        else:
             logger.info("Result for task_id=%s has no waiter; dropped", result.task_id)
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(result)
-        self.results_received += 1
         await quietly(message.ack())
+
+    def _remember(self, result: Result) -> bool:
+        """Whether a Result for this task came before; a different one is a conflict."""
+        gist = (
+            result.status,
+            result.output,
+            result.error.code if result.error else None,
+            result.agent_id,
+        )
+        first = self._answered.get(result.task_id)
+        if first is None:
+            self._answered[result.task_id] = gist
+            if len(self._answered) > ANSWERED_MEMORY:
+                self._answered.popitem(last=False)
+            return False
+        if first != gist:
+            self.conflicting_results += 1
+            logger.error(
+                "task_id=%s answered twice with different Results: %s, then %s",
+                result.task_id,
+                first[0],
+                gist[0],
+            )
+        return True
 
     async def submit(self, envelope: TaskEnvelope) -> TaskEnvelope:
         """Publish `envelope` (with confirm) without waiting; returns what was sent."""

@@ -15,6 +15,7 @@ from mesh.dispatch.store import Holder, TaskStore
 from mesh.messaging import Publisher
 from schemas import Result, TaskEnvelope, now_ms
 from tests.agents_for_tests import LeaseMembership, effect_agent
+from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 
 pytestmark = pytest.mark.integration
@@ -117,3 +118,26 @@ async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
     finally:
         await a_member.stop()
         await b_member.stop()
+
+
+async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    """At-least-once Results: the caller gets one; an identical copy is dropped, a copy
+    that disagrees (a sign that the task ran twice) is counted and logged."""
+    publisher = Publisher(conn)
+    await publisher.start()
+    add_cleanup(publisher.close)
+    async with MeshClient(conn) as client:  # no router: the Results are sent by hand
+        envelope = TaskEnvelope(capability="echo", reply_to=client.reply_to)
+        waiting = asyncio.ensure_future(client.send(envelope, wait_s=10))
+        first = Result(task_id=envelope.task_id, status="completed", output={"n": 1})
+        await wait_until(lambda: envelope.task_id in client._waiters)
+        await publisher.reply(client.reply_to, first)
+        assert await waiting == first
+        await publisher.reply(client.reply_to, first)
+        await publisher.reply(
+            client.reply_to, Result(task_id=envelope.task_id, status="failed")
+        )
+        await wait_until(lambda: client.duplicate_results == 2)
+        assert client.results_received == 1 and client.conflicting_results == 1
