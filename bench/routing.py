@@ -4,9 +4,9 @@ Usage: ``python bench/routing.py [--no-embed]``. Goal: p99 < 2 ms at 10,000 agen
 Agents get random unit vectors (5 examples each) and random texts drawn from a 5,000-word
 vocabulary (a capability text and 5 examples, as the live selector feeds the lexical channel);
 decisions go through `scoring.score` exactly as the live router calls it, query text included.
-The index is given a softmax term at every size (past `FitConfig.max_cells` the live router
-skips the fit, but the bench times the costlier two-product path anyway), so the figures
-are the worst case.
+The index is given a fitted head at every size (past `FitConfig.max_cells` the live router
+skips the fit, but the bench installs a random head to time that path anyway), so the
+figures are the worst case.
 """
 
 from __future__ import annotations
