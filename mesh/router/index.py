@@ -536,7 +536,7 @@ class CapabilityIndex:
 
         Pure: reads the index, never mutates it, so it may run in a worker thread while
         the event loop keeps adding, removing and learning (entries' arrays are replaced,
-        never written in place). About 5 s of CPU for 150 agents; the head is skipped
+        never written in place). About 4 s of CPU for 150 agents; the head is skipped
         past `FitConfig.max_cells` (texts x agents).
         """
         entries = list(self._entries)
