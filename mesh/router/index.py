@@ -19,10 +19,9 @@ Similarity method (measured with ``mesh calibrate``; every variant is listed in
    over all agents on every agent's own centred texts (`mesh.router.fitting`). The dense
    similarity adds ``logprob_weight * log p(agent | q)``, averaged over the members: a
    non-positive penalty that is ~0 when the query is unambiguously this agent's and grows
-   when other agents claim it. The head is evaluated for the `CANDIDATE_ROWS` rows with
-   the best cosine only (the rest get the lowest candidate's term), and an agent the last
-   fit has not seen gets the leader's term: the head has no opinion on it until the next
-   fit, so it competes on cosine and coverage alone.
+   when other agents claim it. It is evaluated for the `CANDIDATE_ROWS` rows with the best
+   cosine only (the rest get the lowest candidate's term); on agents the last fit has not
+   seen it abstains (`mesh.router.head`).
 4. *Lexical channel.* ``coverage`` in [0, 1] is the idf-weighted share of the query's
    character grams found in the agent's own texts (capability text, examples, learned
    texts; `mesh.router.lexical`). It catches the rare words an embedding blurs (a bank
@@ -53,7 +52,9 @@ from numpy.typing import NDArray
 
 from mesh.router.embedding import Embedder
 from mesh.router.fitting import FitConfig, FitResult, fit_snapshot, unit
+from mesh.router.head import HeadTable
 from mesh.router.lexical import LexicalIndex
+from mesh.router.rows import grow_rows, move_row
 from mesh.router.rules import RuleIndex, keyword_tokens, tokens
 from mesh.router.stats import AgentStats, StatsTable
 
@@ -137,15 +138,7 @@ class CapabilityIndex:
         self._raw = np.zeros((cap, dim), np.float32)
         #: per row: the agent's own request texts as unit vectors (examples, learned)
         self._raw_texts: list[F32 | None] = [None] * cap
-        #: the head's output rows and biases per agent (`Head`); `_is_fitted` says which rows
-        #: hold them (a row learned since keeps them: one fit old, still this agent's)
-        cfg = self.fit_config
-        self._weights = np.zeros((cap, cfg.members * cfg.hidden), np.float32)
-        self._biases = np.zeros((cap, cfg.members), np.float32)
-        self._is_fitted = np.zeros(cap, np.bool_)
-        #: the head's shared hidden layers from the last fit, side by side: ``(dim, members *
-        #: hidden)`` and ``(members * hidden,)`` (None: no head in use)
-        self._hidden: tuple[F32, F32] | None = None
+        self._head = HeadTable(cap, self.fit_config.members, self.fit_config.hidden)
         self._stats = StatsTable(cap)
         #: per row: the agent's slot in `_lexical`
         self._lex_slots = np.zeros(cap, np.intp)
@@ -189,7 +182,7 @@ class CapabilityIndex:
     @property
     def fitted(self) -> bool:
         """Whether the last fit produced a head (see `FitResult.fitted`)."""
-        return self._hidden is not None
+        return self._head.active
 
     def center_query(self, query: F32) -> F32:
         """The unit query vector moved into the centred request space."""
@@ -264,7 +257,7 @@ class CapabilityIndex:
         if n == 0:
             return sim, None, None
         weight = np.float32(self.fit_config.logprob_weight)
-        head = self._hidden is not None and weight > 0 and n >= 2
+        head = self._head.active and weight > 0 and n >= 2
         lw = np.float32(self.fit_config.lexical_weight)
         lexical = lw > 0 and self._lex_texts > 0
         if not (head or lexical):
@@ -275,7 +268,7 @@ class CapabilityIndex:
             else np.arange(n)
         )
         if head:
-            logp = self._head_logp(q, rows)
+            logp = self._head.logp(q, rows)
             if len(rows) < n:
                 sim += weight * logp.min()
                 sim[rows] += weight * (logp - logp.min())
@@ -292,31 +285,6 @@ class CapabilityIndex:
         if text:
             sim[rows[best]] += lw * self._lexical.coverage(text, self._lex_slots[rows[best]])
         return sim, rows, best
-
-    def _head_logp(self, q: F32, rows: NDArray[np.intp]) -> F32:
-        """The head's member-averaged ``log p(agent | q)`` over `rows` (module docstring)."""
-        assert self._hidden is not None
-        hidden_weights, hidden_biases = self._hidden
-        h = q @ hidden_weights
-        h += hidden_biases
-        np.maximum(h, 0, out=h)
-        members = self._biases.shape[1]
-        fitted = self._is_fitted[rows]
-        logp = np.zeros(len(rows), np.float32)
-        if not fitted.any():
-            return logp
-        known = rows[fitted]
-        z = np.einsum(
-            "rmh,mh->rm", self._weights[known].reshape(len(known), members, -1),
-            h.reshape(members, -1),
-        )
-        z += self._biases[known]
-        top = z.max(axis=0)
-        lse = top + np.log(np.exp(z - top).sum(axis=0))
-        known_logp = (z - lse).mean(axis=1).astype(np.float32)
-        logp[fitted] = known_logp
-        logp[~fitted] = known_logp.max()
-        return logp
 
     @property
     def load(self) -> F32:
@@ -392,7 +360,7 @@ class CapabilityIndex:
         if stats is not None:
             self.set_stats(agent_id, stats)
         self._rules.add(agent_id, entry.tags, entry.keywords)
-        self._is_fitted[row] = False  # new texts: a fitted row (or a removed agent's) is stale
+        self._head.clear_row(row)  # new texts: a fitted row (or a removed agent's) is stale
         self._changed(row)
         entry.registered = entry.version
         self._ids = None
@@ -411,9 +379,9 @@ class CapabilityIndex:
             moved = self._entries[last]
             self._entries[row] = moved
             self._rows[moved.agent_id] = row
-            for arr in self._arrays():
-                arr[row] = arr[last]
+            move_row(self, self._ARRAYS, last, row)
             self._stats.move(last, row)
+            self._head.move(last, row)
             self._raw_texts[row] = self._raw_texts[last]
         self._raw_texts[last] = None
         self._entries.pop()
@@ -559,18 +527,16 @@ class CapabilityIndex:
         self._capability_mean = result.capability_mean
         self._request_mean = result.request_mean
         head = result.head
-        self._hidden = None if head is None else head.side_by_side()
+        self._head.install(head)
         fitted_rows = {a: i for i, a in enumerate(result.agents)}
         for row, entry in enumerate(self._entries):
             i = fitted_rows.get(entry.agent_id)
-            same = i is not None and result.agents[entry.agent_id] == entry.registered
-            if head is not None and same:
-                assert i is not None
-                self._weights[row] = head.weights[i]
-                self._biases[row] = head.biases[i]
-                self._is_fitted[row] = True
+            if head is not None and i is not None and result.agents[entry.agent_id] == (
+                entry.registered
+            ):
+                self._head.set_row(row, head, i)
             else:
-                self._is_fitted[row] = False
+                self._head.clear_row(row)
             self._refresh_row(row)
         self.dirty = self._version != result.version
         return result.fitted
@@ -597,14 +563,9 @@ class CapabilityIndex:
         )
 
     # --- storage -------------------------------------------------------------------------
-    #: per-row arrays of the index itself (the stats table has its own), grown and moved
-    #: together
-    _ARRAYS = (
-        "_centroids", "_raw", "_weights", "_biases", "_is_fitted", "_lex_slots",
-    )
-
-    def _arrays(self) -> list[NDArray[np.generic]]:
-        return [getattr(self, name) for name in self._ARRAYS]
+    #: per-row arrays of the index itself (the stats and head tables have their own),
+    #: grown and moved together
+    _ARRAYS = ("_centroids", "_raw", "_lex_slots")
 
     def _grow(self, need: int) -> None:
         cap = self._centroids.shape[0]
@@ -612,12 +573,9 @@ class CapabilityIndex:
             return
         new_cap = max(need, cap * 2)
         self._raw_texts.extend([None] * (new_cap - cap))
+        grow_rows(self, self._ARRAYS, new_cap)
         self._stats.grow(new_cap)
-        for name in self._ARRAYS:
-            old = getattr(self, name)
-            new = np.zeros((new_cap, *old.shape[1:]), old.dtype)
-            new[:cap] = old
-            setattr(self, name, new)
+        self._head.grow(new_cap)
 
     def _lex_add(self, slot: int, text: str) -> None:
         self._lexical.add_text(slot, text)

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from mesh.router.rows import grow_rows, move_row
+
 F32 = NDArray[np.float32]
 
 #: statuses an agent can be routed to
@@ -48,17 +50,11 @@ class StatsTable:
         self.completed = np.zeros(capacity, np.int64)
 
     def grow(self, capacity: int) -> None:
-        for name in self.ARRAYS:
-            old = getattr(self, name)
-            new = np.zeros(capacity, old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
+        grow_rows(self, self.ARRAYS, capacity)
 
     def move(self, source: int, target: int) -> None:
         """Copy row `source` onto row `target` (the index fills a removed row)."""
-        for name in self.ARRAYS:
-            arr = getattr(self, name)
-            arr[target] = arr[source]
+        move_row(self, self.ARRAYS, source, target)
 
     def set(self, row: int, stats: AgentStats) -> None:
         self.load[row] = stats.load

@@ -112,7 +112,7 @@ def test_fit_in_two_steps_keeps_learners_and_abstains_on_new_registrations() -> 
     add(index, "a2", 7)  # removed and re-added: a new registration, never the old head
     add(index, "a3", 6)  # re-registered with other texts
     assert index.apply_fit(result) and index.dirty
-    fitted = {a: bool(index._is_fitted[index.row(a)]) for a in index.ids}
+    fitted = {a: bool(index._head.fitted[index.row(a)]) for a in index.ids}
     assert fitted == {"a0": True, "a1": True, "a2": False, "a3": False}
     # the head has no opinion on an agent it has not seen: it gets the leader's term
     q = unit(7, noise=0.05, seed=3)
@@ -121,7 +121,7 @@ def test_fit_in_two_steps_keeps_learners_and_abstains_on_new_registrations() -> 
     assert np.all(head_term <= 1e-6)
     assert head_term[index.row("a2")] == pytest.approx(head_term[known].max(), abs=1e-6)
     assert index.refit() and not index.dirty
-    assert index._is_fitted[: len(index)].all()
+    assert index._head.fitted[: len(index)].all()
 
 
 def test_set_memory_replaces_the_reservoir() -> None:
