@@ -73,6 +73,8 @@ return out
 )
 
 #: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, states...
+#: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
+#:    | {'refused', state}
 #: -> {'new'} | {'done', result} | {'pending', state} | {'resume', state}
 SUBMIT = (
     PRELUDE
@@ -81,7 +83,14 @@ local ttl = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if state then
   local result = redis.call('HGET', KEYS[4], 'result')
-  if result then return {'done', result} end
+  if result then
+    -- a redelivered ingress message whose caller was answered already: nothing to send
+    if ARGV[4] == '1' and ARGV[3] ~= '' and redis.call('HGET', KEYS[4], 'replied') == '1'
+        and redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then
+      return {'answered'}
+    end
+    return {'done', result}
+  end
   if ARGV[3] ~= '' then
     redis.call('SADD', KEYS[3], ARGV[3])
     redis.call('PEXPIRE', KEYS[3], ttl)

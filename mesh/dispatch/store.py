@@ -37,7 +37,7 @@ class Holder:
 class Submission:
     """What the router learns when it records a task from the ingress queue."""
 
-    status: Literal["new", "done", "pending", "resume", "refused"]
+    status: Literal["new", "done", "answered", "pending", "resume", "refused"]
     state: str = ""
     result: Result | None = None
 
@@ -98,7 +98,8 @@ class TaskStore:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
 
         A duplicate's reply_to joins the task's waiters; ``resume`` means a redelivered
-        message whose first router died before dispatching it.
+        message whose first router died before dispatching it; ``answered`` a redelivered
+        message of a finished task whose caller got the Result already.
         """
         k = self.keys
         reply = await self._submit(
@@ -119,6 +120,8 @@ class TaskStore:
         status = _s(reply[0])
         if status == "done":
             return Submission("done", result=_result(reply[1]))
+        if status == "answered":
+            return Submission("answered")
         if status in {"pending", "resume", "refused"}:
             return Submission(status, state=_s(reply[1]))  # type: ignore[arg-type]
         return Submission("new")

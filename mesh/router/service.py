@@ -204,7 +204,9 @@ class RouterService:
             )
             return True
         self.duplicates += 1
-        if sub.status == "done" and sub.result is not None:
+        if sub.status == "answered":
+            logger.info("redelivered task_id=%s was answered already", envelope.task_id)
+        elif sub.status == "done" and sub.result is not None:
             logger.info("duplicate task_id=%s answered from its stored result", envelope.task_id)
             await self._reply(envelope.reply_to, sub.result)
         else:
@@ -370,6 +372,7 @@ class RouterService:
             waiters.add(envelope.reply_to)
         for reply_to in sorted(waiters):
             await self._reply(reply_to, result)
+        await self.store.mark_replied(envelope.task_id)
         await self.publisher.dead_letter(
             reason,
             raw,

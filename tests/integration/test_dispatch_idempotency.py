@@ -141,3 +141,26 @@ async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
         )
         await wait_until(lambda: client.duplicate_results == 2)
         assert client.results_received == 1 and client.conflicting_results == 1
+
+
+async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_again(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    """A router that lost its channel before acking leaves the ingress message to be
+    redelivered; once the task is finished and its caller answered, the copy sends nothing.
+    A new submission of the task_id (by the same or another caller) still gets the Result."""
+    await start_router(conn, add_cleanup)
+    await start_worker(conn, add_cleanup, effect_agent())
+    store = TaskStore(conn.redis, conn.keys, conn.settings)
+    async with MeshClient(conn) as client:
+        envelope = TaskEnvelope(capability="do it", target="effect", reply_to=client.reply_to)
+        first = await client.send(envelope, wait_s=10)
+    assert first.status == "completed"
+    states = ("submitted", "routing")
+    copy = await store.submit(envelope, redelivered=True, states=states, by="test")
+    assert copy.status == "answered"
+    again = await store.submit(envelope, redelivered=False, states=states, by="test")
+    assert again.status == "done" and again.result == first
+    other = envelope.model_copy(update={"reply_to": "someone-else"})
+    stranger = await store.submit(other, redelivered=True, states=states, by="test")
+    assert stranger.status == "done"
