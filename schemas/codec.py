@@ -79,7 +79,10 @@ def decode(model: type[M], body: bytes, *, max_payload_bytes: int = DEFAULT_MAX_
             kind,
         )
     try:
-        return model.model_validate(data, context={"max_payload_bytes": max_payload_bytes})
+        # strict: a JSON string is not an integer, as the published JSON Schemas say
+        return model.model_validate(
+            data, strict=True, context={"max_payload_bytes": max_payload_bytes}
+        )
     except ValidationError as exc:
         raise InvalidEnvelope(_problems(exc), body, kind) from None
 

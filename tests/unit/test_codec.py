@@ -21,6 +21,10 @@ from schemas.codec import peek
         (b'{"capability": "x", "extra": 1}', "extra"),
         (b'{"capability": "x", "required_tags": {"k": 1}}', "required_tags.k"),
         (b"{}", "capability"),
+        # strict, as the JSON Schemas say: a string is not an integer, nor a number a string
+        (b'{"capability": "x", "priority": "5"}', "priority"),
+        (b'{"capability": "x", "timeout_ms": "30000"}', "timeout_ms"),
+        (b'{"capability": "x", "target": 7}', "target"),
     ],
 )
 def test_invalid_bodies_name_the_field(body: bytes, loc: str) -> None:
