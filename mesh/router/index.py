@@ -504,8 +504,8 @@ class CapabilityIndex:
 
         Pure: reads the index, never mutates it, so it may run in a worker thread while
         the event loop keeps adding, removing and learning (entries' arrays are replaced,
-        never written in place). About 4 s of CPU for 150 agents; the head is skipped
-        past `FitConfig.max_cells` (texts x agents).
+        never written in place). 2-3 s on two cores for 150 agents (`fit_snapshot`); the
+        head is skipped past `FitConfig.max_cells` (texts x agents).
         """
         entries = list(self._entries)
         return fit_snapshot(

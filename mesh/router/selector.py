@@ -49,7 +49,7 @@ EXPLAIN_LIMIT = 25
 #: how often loads and liveness are copied from the snapshot into the index
 STATS_REFRESH_S = 1.0
 #: the pause between two fits is at least this many times the last fit's duration: under
-#: steady learning a fit (2 s on two cores for 150 agents) takes at most a tenth of the
+#: steady learning a fit (2-3 s on two cores for 150 agents) takes at most a tenth of the
 #: time; learned texts move the centroids at once, only the head waits for the next fit
 REFIT_DUTY = 9.0
 
