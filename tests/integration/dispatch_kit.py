@@ -29,6 +29,18 @@ class OrderedSelector:
         return None
 
 
+async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:
+    """The mesh topology plus a queue for each agent that nobody consumes: dispatches to
+    them expire after the accept timeout."""
+    channel = await conn.channel()
+    try:
+        await conn.topology.declare(channel)
+        for agent_id in agent_ids:
+            await conn.topology.declare(channel, conn.topology.agent_spec(agent_id))
+    finally:
+        await channel.close()
+
+
 async def start_router(
     conn: MeshConnection, add_cleanup: Any, selector: Selector | None = None
 ) -> RouterService:

@@ -19,6 +19,7 @@ from tests.conftest import wait_until
 from tests.integration.dispatch_kit import (
     EventTap,
     OrderedSelector,
+    declare_idle_agents,
     start_router,
     start_worker,
     wait_for_messages,
@@ -69,9 +70,7 @@ async def test_no_consumer_accept_timeout_reroutes_to_next_candidate(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     # "asleep" has a queue but nobody consumes it: the dispatch expires after 300 ms
-    channel = await conn.channel()
-    await conn.topology.declare(channel)
-    await conn.topology.declare(channel, conn.topology.agent_spec("asleep"))
+    await declare_idle_agents(conn, "asleep")
     await start_router(conn, add_cleanup, OrderedSelector("asleep", "effect"))
     await start_worker(conn, add_cleanup, effect_agent())
     async with MeshClient(conn) as client:
@@ -101,9 +100,7 @@ async def test_target_not_taken_in_time_is_tried_again_then_unroutable(
     """A target is its task's only candidate: an accept timeout (a worker busy or
     reconnecting after a broker restart) sends it to the same target again, at most
     `max_reroutes` times; a worker that shows up in between completes it."""
-    channel = await conn.channel()
-    await conn.topology.declare(channel)
-    await conn.topology.declare(channel, conn.topology.agent_spec("effect"))
+    await declare_idle_agents(conn, "effect")
     await start_router(conn, add_cleanup)
     store = TaskStore(conn.redis, conn.keys, conn.settings)
     async with MeshClient(conn) as client:
@@ -119,7 +116,7 @@ async def test_target_not_taken_in_time_is_tried_again_then_unroutable(
         result = await pending
         assert result.status == "completed" and result.agent_id == "effect"
         # nobody ever consumes: three dispatches to the target, then unroutable
-        await conn.topology.declare(channel, conn.topology.agent_spec("absent"))
+        await declare_idle_agents(conn, "absent")
         started = asyncio.get_running_loop().time()
         gone = await client.request("nobody home", target="absent", wait_s=10)
         took = asyncio.get_running_loop().time() - started
@@ -133,10 +130,7 @@ async def test_target_not_taken_in_time_is_tried_again_then_unroutable(
 async def test_no_candidate_left_is_unroutable_and_answered(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
-    channel = await conn.channel()
-    await conn.topology.declare(channel)
-    for agent_id in ("a1", "a2", "a3", "a4"):
-        await conn.topology.declare(channel, conn.topology.agent_spec(agent_id))
+    await declare_idle_agents(conn, "a1", "a2", "a3", "a4")
     await start_router(conn, add_cleanup, OrderedSelector("a1", "a2"))
     async with MeshClient(conn) as client:
         result = await client.request("anyone?", wait_s=10)
@@ -171,9 +165,7 @@ async def test_deadline_passing_in_the_agent_queue_expires_through_the_router(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     """AMQP expiration path: nobody consumes before the deadline; the router ends it."""
-    channel = await conn.channel()
-    await conn.topology.declare(channel)
-    await conn.topology.declare(channel, conn.topology.agent_spec("asleep"))
+    await declare_idle_agents(conn, "asleep")
     await start_router(conn, add_cleanup, OrderedSelector("asleep", "effect"))
     await start_worker(conn, add_cleanup, effect_agent())
     async with MeshClient(conn) as client:
