@@ -46,6 +46,42 @@ def loads(body: bytes | str) -> Any:
     return orjson.loads(body)
 
 
+#: the Python types of plain JSON data (a tuple encodes as an array)
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_problem(value: Any, path: str = "output") -> tuple[str, str] | None:
+    """The first place in `value` that is not plain JSON data, as ``(path, type name)``.
+
+    Plain JSON data is dicts with string keys, lists, tuples, strings, numbers, booleans
+    and None. Anything else (a numpy scalar, a set, a method, a datetime) is named, e.g.
+    ``("output.items[2]", "numpy.float32")``; None when everything is plain.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path}[{key!r}]", f"{_type_name(key)} (a key must be a string)"
+            found = json_problem(item, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            found = json_problem(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, _JSON_SCALARS):
+        return None
+    return path, _type_name(value)
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
 def encode(model: BaseModel) -> bytes:
     """Encode a wire model; fields left at None are kept, so the schema is explicit."""
     return orjson.dumps(model.model_dump(mode="json"))

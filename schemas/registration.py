@@ -50,6 +50,9 @@ class Heartbeat(WireModel):
     token: int = Field(ge=1)
     in_flight: int = Field(default=0, ge=0)
     max_concurrency: int = Field(default=1, ge=1)
+    stuck: int = Field(
+        default=0, ge=0, description="tasks in flight whose handler ended long ago, unsettled"
+    )
     sent_ms: int = Field(ge=0)
 
 

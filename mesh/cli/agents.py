@@ -41,6 +41,7 @@ def rows(agents: dict[str, AgentState], now_ms: int, *, live_only: bool = False)
                     "status": inst.display_status(now_ms),
                     "in_flight": inst.in_flight,
                     "max_concurrency": inst.max_concurrency,
+                    "stuck": inst.stuck,
                     "token": inst.token,
                     "heartbeat_age_s": round((now_ms - inst.last_heartbeat_ms) / 1000, 1),
                     "lease_left_s": round((inst.lease_expires_ms - now_ms) / 1000, 1),
@@ -63,8 +64,7 @@ def render_table(table: list[dict[str, Any]]) -> str:
             [
                 r["agent_id"],
                 r["instance_id"],
-                r["status"] if r["status"] != "down" or not r["down_reason"]
-                else f"down ({r['down_reason']})",
+                _status(r),
                 f"{r['in_flight']}/{r['max_concurrency']}",
                 str(r["token"]),
                 f"{r['heartbeat_age_s']:.1f}s ago",
@@ -76,6 +76,14 @@ def render_table(table: list[dict[str, Any]]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in lines
     )
+
+
+def _status(row: dict[str, Any]) -> str:
+    if row["status"] == "down" and row["down_reason"]:
+        return f"down ({row['down_reason']})"
+    if row["status"] == "stuck":
+        return f"stuck ({row['stuck']} unsettled)"
+    return str(row["status"])
 
 
 async def collect(settings: Settings, *, live_only: bool = False) -> list[dict[str, Any]]:

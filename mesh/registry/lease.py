@@ -6,7 +6,7 @@ and every script reads the time from Redis (``TIME``): leases, the fencing check
 
 Layout (keys from `mesh.keys.Keys`), extending the instance hash of `fencing`:
 - ``instance(iid)`` hash: ``agent_id instance_id token status(up|down) lease_expires_ms
-  last_heartbeat_ms registered_ms in_flight max_concurrency version`` and, once down,
+  last_heartbeat_ms registered_ms in_flight max_concurrency stuck version`` and, once down,
   ``down_reason down_ms``. A down instance's hash expires after `DOWN_RETENTION_MS`.
 - ``agent(agent_id)`` hash: ``registration`` (the last Registration, JSON), ``updated_ms``.
 - ``agent_instances(agent_id)`` set, ``agents()`` set.
@@ -53,7 +53,7 @@ return {token, now, exp}
 )
 
 # KEYS: leases, instance hashes...; ARGV: ttl_ms, retention_ms, then (token, in_flight,
-# max_concurrency) per instance. Answers (code, lease_expires_ms, last_heartbeat_ms) each:
+# max_concurrency, stuck) per instance. Answers (code, lease_expires_ms, last_heartbeat_ms) each:
 # 1 renewed, 0 lost (unknown, other token or down), 2 lapsed and claimed down by this call.
 _RENEW_LUA = (
     _NOW_LUA
@@ -61,7 +61,7 @@ _RENEW_LUA = (
 local ttl = tonumber(ARGV[1])
 local out = {}
 for i = 2, #KEYS do
-  local a = (i - 2) * 3 + 3
+  local a = (i - 2) * 4 + 3
   local v = redis.call('HMGET', KEYS[i], 'token', 'status', 'lease_expires_ms',
     'last_heartbeat_ms', 'instance_id')
   if v[1] == false or tonumber(v[1]) ~= tonumber(ARGV[a]) or v[2] ~= 'up' then
@@ -74,7 +74,7 @@ for i = 2, #KEYS do
   else
     local exp = now + ttl
     redis.call('HSET', KEYS[i], 'lease_expires_ms', exp, 'last_heartbeat_ms', now,
-      'in_flight', ARGV[a + 1], 'max_concurrency', ARGV[a + 2])
+      'in_flight', ARGV[a + 1], 'max_concurrency', ARGV[a + 2], 'stuck', ARGV[a + 3])
     redis.call('ZADD', KEYS[1], exp, v[5])
     out[#out + 1] = 1; out[#out + 1] = exp; out[#out + 1] = now
   end
@@ -140,6 +140,7 @@ class Beat:
     token: int
     in_flight: int
     max_concurrency: int
+    stuck: int = 0
 
 
 RenewCode = Literal["renewed", "lost", "lapsed"]
@@ -210,7 +211,7 @@ class LeaseStore:
         keys = [self.keys.leases(), *(self.keys.instance(b.instance_id) for b in beats)]
         args: list[Any] = [self.ttl_ms, DOWN_RETENTION_MS]
         for b in beats:
-            args += [b.token, b.in_flight, b.max_concurrency]
+            args += [b.token, b.in_flight, b.max_concurrency, b.stuck]
         flat = await self._renew(keys=keys, args=args)
         return [
             Renewal(b, _CODES[int(flat[3 * i])], int(flat[3 * i + 1]), int(flat[3 * i + 2]))

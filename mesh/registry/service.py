@@ -141,7 +141,9 @@ class RegistryService:
         except ValidationError:
             logger.warning("registry %s: invalid heartbeat dropped", self.registry_id)
             return
-        beat = Beat(hb.agent_id, hb.instance_id, hb.token, hb.in_flight, hb.max_concurrency)
+        beat = Beat(
+            hb.agent_id, hb.instance_id, hb.token, hb.in_flight, hb.max_concurrency, hb.stuck
+        )
         self._beats.append((beat, message.reply_to))
         self._beats_ready.set()
 

@@ -66,6 +66,7 @@ class RegistrySession:
         self.register_timeout_s = register_timeout_s
         self._token: int | None = None
         self._load: Callable[[], int] = lambda: 0
+        self._stuck: Callable[[], int] = lambda: 0
         self._channel: AbstractChannel | None = None
         self._registry_ex: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
@@ -85,11 +86,15 @@ class RegistrySession:
             raise NotStarted("RegistrySession.start() was not awaited (no fencing token yet)")
         return self._token
 
-    async def start(self, load: Callable[[], int]) -> None:
-        """Register (retrying while no registry answers), then heartbeat `load()`."""
+    async def start(
+        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
+    ) -> None:
+        """Register (retrying while no registry answers), then heartbeat `load()` and
+        `stuck()` (tasks in flight that will not settle by themselves)."""
         if self._channel is not None:
             return
         self._load = load
+        self._stuck = stuck or (lambda: 0)
         self._stopped = False
         channel = self._channel = await self.conn.channel(confirms=False)
         await self.conn.topology.declare(channel)
@@ -263,6 +268,7 @@ class RegistrySession:
             instance_id=self.instance_id,
             token=self._token,
             in_flight=max(0, self._load()),
+            stuck=max(0, self._stuck()),
             max_concurrency=self.registration.max_concurrency,
             sent_ms=now_ms(),
         )

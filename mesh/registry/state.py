@@ -28,6 +28,8 @@ class InstanceState:
     registered_ms: int = 0
     in_flight: int = 0
     max_concurrency: int = 1
+    #: tasks the worker reports stuck (handler ended long ago, delivery never settled)
+    stuck: int = 0
     version: str = ""
     down_reason: str | None = None
 
@@ -36,9 +38,11 @@ class InstanceState:
         return self.status == "up" and self.lease_expires_ms >= now_ms
 
     def display_status(self, now_ms: int) -> str:
-        """``idle``, ``busy`` or ``down`` (a lapsed lease counts as down)."""
+        """``idle``, ``busy``, ``stuck`` or ``down`` (a lapsed lease counts as down)."""
         if not self.is_live(now_ms):
             return "down"
+        if self.stuck > 0:
+            return "stuck"
         return "busy" if self.in_flight > 0 else "idle"
 
     @classmethod
@@ -56,6 +60,7 @@ class InstanceState:
                 registered_ms=int(h.get("registered_ms", 0)),
                 in_flight=int(h.get("in_flight", 0)),
                 max_concurrency=int(h.get("max_concurrency", 1)),
+                stuck=int(h.get("stuck", 0)),
                 version=h.get("version", ""),
                 down_reason=h.get("down_reason"),
             )

@@ -18,8 +18,11 @@ class Membership(Protocol):
     @property
     def token(self) -> int: ...
 
-    async def start(self, load: Callable[[], int]) -> None:
-        """Register (retrying while the registry is not there yet), then heartbeat `load()`."""
+    async def start(
+        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
+    ) -> None:
+        """Register (retrying while the registry is not there yet), then heartbeat `load()`
+        and `stuck()`."""
 
     async def check(self, token: int) -> None:
         """Raise `StaleFencingToken` unless `token` is still current."""
@@ -39,7 +42,9 @@ class StaticMembership:
     def token(self) -> int:
         return self._token
 
-    async def start(self, load: Callable[[], int]) -> None:
+    async def start(
+        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
+    ) -> None:
         return None
 
     async def check(self, token: int) -> None:

@@ -15,18 +15,22 @@ from typing import TYPE_CHECKING, Any, Literal
 from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.dispatch.events import emit_states
-from mesh.dispatch.store import Holder
+from mesh.dispatch.store import Commit, Holder
 from mesh.messaging import envelope_message
 from mesh.results import error_result
+from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
 from mesh.retrying import quietly, with_retries
 from mesh.topology import DELAY_HEADER, DeadReason
 from schemas import Result, TaskEnvelope
-from schemas.codec import encode
+from schemas.codec import dumps, encode, json_problem
 
 if TYPE_CHECKING:
     from mesh.worker.runtime import WorkerRuntime
 
 logger = logging.getLogger(__name__)
+
+#: error code of a handler output that cannot be sent (not a dict, not JSON, too large)
+BAD_OUTPUT = "bad_handler_output"
 
 #: errors a handler may raise that are worth another try (besides `mesh.Retry`)
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
@@ -147,14 +151,36 @@ async def settle(
             timings=timings,
             **ids,
         )
-    commit = await store.finish(
-        result,
-        result.status,
-        by=by,
-        holder=holder,
-        note=result.error.code if result.error else "",
-        agent_id=runtime.agent.agent_id,
-    )
+    async def commit_result(result: Result) -> Commit:
+        return await store.finish(
+            result,
+            result.status,
+            by=by,
+            holder=holder,
+            note=result.error.code if result.error else "",
+            agent_id=runtime.agent.agent_id,
+        )
+
+    try:
+        commit = await commit_result(result)
+    except OUTAGE_ERRORS:
+        raise
+    except Exception as exc:
+        if result.status != "completed":
+            raise
+        # an output `check_output` let through but the codec or Redis refused: the caller
+        # gets a failed Result saying so, and the delivery is settled as usual
+        logger.error("task_id=%s: output not stored", envelope.task_id, exc_info=True)
+        result = error_result(
+            envelope,
+            "failed",
+            BAD_OUTPUT,
+            f"the handler's output could not be stored: {type(exc).__name__}: {exc}"[:2000],
+            None,
+            timings=timings,
+            **ids,
+        )
+        commit = await commit_result(result)
     if commit.status == "stale":
         # our lease lapsed and the claim may be someone else's: hand the message back; the
         # next claim decides (a live holder finishes it, a done task is not run again)
@@ -187,6 +213,43 @@ async def _emit(
     )
 
 
+def check_output(output: object, max_bytes: int) -> Outcome:
+    """A handler's return value as an outcome: completed, or failed ``bad_handler_output``
+    naming what cannot travel (not a dict, a value that is not plain JSON, too large)."""
+    if not isinstance(output, dict):
+        return Outcome(
+            "failed",
+            code=BAD_OUTPUT,
+            message=f"handler returned {type(output).__name__}, expected dict",
+            details={"type": type(output).__name__},
+        )
+    problem = json_problem(output)
+    if problem is not None:
+        key, kind = problem
+        return Outcome(
+            "failed",
+            code=BAD_OUTPUT,
+            message=f"{key} is a {kind}, which JSON cannot encode; return plain dicts, "
+            "lists, strings, numbers, booleans and None",
+            details={"key": key, "type": kind},
+        )
+    try:
+        size = len(dumps(output))
+    except (TypeError, ValueError) as exc:
+        return Outcome(
+            "failed", code=BAD_OUTPUT, message=f"output does not encode: {exc}"[:1000]
+        )
+    if size > max_bytes:
+        return Outcome(
+            "failed",
+            code=BAD_OUTPUT,
+            message=f"output is {size} bytes encoded; the limit is {max_bytes} bytes "
+            "(MESH_MAX_PAYLOAD_BYTES)",
+            details={"bytes": size, "limit": max_bytes},
+        )
+    return Outcome("completed", output=output)
+
+
 def nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
     """The smallest declared delay queue at least `wanted` long (else the longest)."""
     for delay in delays:
@@ -195,4 +258,4 @@ def nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
     return delays[-1]
 
 
-__all__ = ["TRANSIENT_ERRORS", "Outcome", "nearest_delay", "settle"]
+__all__ = ["BAD_OUTPUT", "TRANSIENT_ERRORS", "Outcome", "check_output", "nearest_delay", "settle"]

@@ -31,7 +31,13 @@ from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.control import ControlConsumer
 from mesh.worker.membership import Membership, StaticMembership
-from mesh.worker.outcome import TRANSIENT_ERRORS, Outcome, nearest_delay, settle
+from mesh.worker.outcome import (
+    TRANSIENT_ERRORS,
+    Outcome,
+    check_output,
+    nearest_delay,
+    settle,
+)
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms
 
 if TYPE_CHECKING:
@@ -41,6 +47,16 @@ logger = logging.getLogger(__name__)
 
 #: a trace visiting the same agent more often than this raises `alert.loop`
 LOOP_VISITS = 2
+#: a task whose handler ended this long ago and whose delivery is still not settled is
+#: reported stuck (heartbeats carry the count; `mesh agents` shows it)
+STUCK_AFTER_S = 30.0
+
+
+def current_task() -> asyncio.Task[Any]:
+    task = asyncio.current_task()
+    if task is None:  # pragma: no cover - always called from a task
+        raise RuntimeError("not in a task")
+    return task
 
 
 class WorkerRuntime:
@@ -75,12 +91,33 @@ class WorkerRuntime:
         self._client_lock = asyncio.Lock()
         self._idle = asyncio.Event()
         self._idle.set()
+        #: task -> monotonic time its handler ended (it is settling since)
+        self._settling: dict[asyncio.Task[Any], float] = {}
+        self._stuck_reported = 0
         self.completed = 0
         self.executed = 0
 
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
+
+    def stuck(self) -> int:
+        """Tasks in flight whose handler ended over `STUCK_AFTER_S` ago, still unsettled.
+
+        Logged (once per change of the count) as well as reported in heartbeats.
+        """
+        limit = time.monotonic() - STUCK_AFTER_S
+        count = sum(1 for since in self._settling.values() if since < limit)
+        if count != self._stuck_reported:
+            self._stuck_reported = count
+            if count:
+                logger.error(
+                    "worker %s: %d task(s) in flight for over %.0fs after their handler "
+                    "ended; the instance has %d of %d slots left",
+                    self.instance_id, count, STUCK_AFTER_S,
+                    self.agent.max_concurrency - self.in_flight, self.agent.max_concurrency,
+                )
+        return count
 
     def holder(self) -> Holder:
         """This instance as a claim holder, with its current fencing token."""
@@ -95,7 +132,7 @@ class WorkerRuntime:
         await self.topology.declare(
             self.publisher.channel, self.topology.agent_spec(self.agent.agent_id)
         )
-        await self.membership.start(lambda: self.in_flight)
+        await self.membership.start(lambda: self.in_flight, self.stuck)
         queues = self.topology.agent_queues(self.agent.agent_id)
         total = sum(weight for _, weight in queues)
         for name, weight in queues:
@@ -130,6 +167,7 @@ class WorkerRuntime:
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
+        self._settling.pop(task, None)
         if not self._tasks:
             self._idle.set()
         if not task.cancelled() and task.exception() is not None:
@@ -150,9 +188,7 @@ class WorkerRuntime:
             await asyncio.wait({running})
             await quietly(message.ack())
             return
-        current = asyncio.current_task()
-        assert current is not None
-        self._running[envelope.task_id] = current
+        self._running[envelope.task_id] = current_task()
         try:
             await self._claimed_run(message, envelope)
         except OUTAGE_ERRORS:
@@ -160,6 +196,14 @@ class WorkerRuntime:
                 "task_id=%s: transient failure; requeued", envelope.task_id, exc_info=True
             )
             await quietly(message.nack(requeue=True))
+        except Exception:
+            # a bug in settling must not wedge the instance: the delivery is settled anyway
+            # (dead-lettered back to a router, which ends or reroutes the task)
+            logger.critical(
+                "task_id=%s: settling failed; the delivery is rejected", envelope.task_id,
+                exc_info=True,
+            )
+            await quietly(message.nack(requeue=False))
         finally:
             self._running.pop(envelope.task_id, None)
 
@@ -214,6 +258,7 @@ class WorkerRuntime:
             await asyncio.shield(settle(self, message, envelope, outcome, {}, holder))
             return
         outcome = await self._execute(envelope, left, lifetime_ms, holder)
+        self._settling[current_task()] = time.monotonic()
         timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
         await asyncio.shield(settle(self, message, envelope, outcome, timings, holder))
 
@@ -305,13 +350,7 @@ class WorkerRuntime:
         except Exception as exc:
             logger.warning("handler failed task_id=%s", envelope.task_id, exc_info=True)
             return Outcome("failed", code="handler_error", message=f"{type(exc).__name__}: {exc}")
-        if not isinstance(output, dict):
-            return Outcome(
-                "failed",
-                code="bad_handler_output",
-                message=f"handler returned {type(output).__name__}, expected dict",
-            )
-        return Outcome("completed", output=output)
+        return check_output(output, self.settings.max_payload_bytes)
 
     async def _reply_all(self, envelope: TaskEnvelope, result: Result, waiters: Any) -> None:
         """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
