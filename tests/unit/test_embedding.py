@@ -94,6 +94,16 @@ def test_fast_embedder_does_nothing_at_construction(tmp_path: Path) -> None:
     assert not cache.exists()
 
 
+def test_fast_embedder_threads_and_spin_from_settings(tmp_path: Path) -> None:
+    settings = Settings(model_cache_dir=tmp_path, embed_threads=2, embed_spin=True)
+    custom = FastEmbedder.from_settings(settings)
+    assert (custom.threads, custom.spin) == (2, True)
+    override = FastEmbedder.from_settings(settings, threads=1, spin=False)
+    assert (override.threads, override.spin) == (1, False)
+    default = FastEmbedder.from_settings(Settings(model_cache_dir=tmp_path))
+    assert (default.threads, default.spin) == (None, False)  # resolved at start()
+
+
 def test_build_embedder_is_cached_and_lazy(tmp_path: Path) -> None:
     embedder = build_embedder(Settings(model_cache_dir=tmp_path / "cache"))
     assert isinstance(embedder, CachedEmbedder)
