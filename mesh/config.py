@@ -90,8 +90,21 @@ class Settings(BaseModel):
     breaker_min_calls: int = 4
     breaker_open_s: float = 30.0
     embed_batch_size: int = Field(default=64, ge=1)
+    #: ONNX Runtime intra-op threads of the embedding model (None: the measured default)
+    embed_threads: int | None = Field(default=None, ge=1, le=64)
+    #: let idle ONNX Runtime threads busy-wait for work (lower latency, burns a core)
+    embed_spin: bool = False
     #: how often the router refits its prototypes when agents or memories changed
     refit_interval_s: float = Field(default=5.0, gt=0)
+    #: head refits use at most this share of one core, averaged over time (0.10: 6 s of
+    #: CPU a minute); a fit runs in a worker thread, never on the event loop
+    refit_cpu_share: float = Field(default=0.10, gt=0, le=1)
+
+    # --- events --------------------------------------------------------------------------
+    #: also emit the progress events task.submitted / routing / dispatched / accepted /
+    #: processing (the task's history in Redis, `mesh task ID`, has them anyway); outcome,
+    #: reroute, retry, route.*, agent.* and alert.* events are always emitted
+    progress_events: bool = False
 
     # --- dispatch ------------------------------------------------------------------------
     accept_timeout_ms: int = Field(default=5_000, ge=50)

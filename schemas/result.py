@@ -30,10 +30,13 @@ class ErrorInfo(WireModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+Strategy = Literal["target", "semantic", "arbitration", "bid", "fallback", "exploration"]
+
+
 class RouteInfo(WireModel):
     """How the router chose the agent."""
 
-    strategy: Literal["target", "semantic", "arbitration", "bid", "fallback", "exploration"]
+    strategy: Strategy
     score: float | None = None
     low_confidence: bool = False
 

@@ -1,4 +1,11 @@
-"""Every state transition is an event: `task.<state>` on `mesh.events`."""
+"""State transitions as events: `task.<state>` on `mesh.events`.
+
+Outcome events (terminal states, ``rerouting``, ``retrying``) are always published: routers
+learn from them. The progress states (`PROGRESS_STATES`) are published only with
+``Settings.progress_events``: every transition is in the task's history in Redis anyway
+(`mesh task ID`), and five publishes per task that nothing consumes cost the broker and
+every process on the path.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,9 @@ from typing import Any
 
 from mesh.messaging import Publisher
 from schemas import Event
+
+#: states of a task on its normal way, before its outcome
+PROGRESS_STATES = frozenset({"submitted", "routing", "dispatched", "accepted", "processing"})
 
 
 async def emit_states(
@@ -20,7 +30,10 @@ async def emit_states(
     data: dict[str, Any] | None = None,
 ) -> None:
     """Publish one ``task.<state>`` event per applied state (none when refused)."""
+    progress = publisher.conn.settings.progress_events
     for state in states or ():
+        if state in PROGRESS_STATES and not progress:
+            continue
         await publisher.emit(
             Event(
                 type=f"task.{state}",
@@ -33,4 +46,4 @@ async def emit_states(
         )
 
 
-__all__ = ["emit_states"]
+__all__ = ["PROGRESS_STATES", "emit_states"]

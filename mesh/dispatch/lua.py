@@ -72,10 +72,11 @@ return out
 """
 )
 
-#: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, states...
+#: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, agent,
+#: states... (a new task follows all of them in one step: submitted, routing and, when the
+#: router chose already, dispatched to `agent`)
 #: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
 #:    | {'refused', state}
-#: -> {'new'} | {'done', result} | {'pending', state} | {'resume', state}
 SUBMIT = (
     PRELUDE
     + """
@@ -101,7 +102,7 @@ if state then
   end
   return {'pending', state}
 end
-local ok, r = advance(KEYS[1], KEYS[2], tail(6), ARGV[2], 'ingress', '', ttl)
+local ok, r = advance(KEYS[1], KEYS[2], tail(7), ARGV[2], 'ingress', ARGV[6], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
 if ARGV[3] ~= '' then
@@ -112,9 +113,10 @@ return {'new'}
 """
 )
 
-#: KEYS idem, task, hist, processing. ARGV ttl_ms, instance_prefix, me, token, fenced,
-#: redelivered, lifetime_end_ms, agent_id
-#: -> {'claimed', takeover} | {'done', result, replied} | {'busy', holder}
+#: KEYS idem, task, hist, processing, trace visits. ARGV ttl_ms, instance_prefix, me, token,
+#: fenced, redelivered, lifetime_end_ms, agent_id, count_visit ('1': a first run counts one
+#: more visit of the trace to the agent, for loop detection)
+#: -> {'claimed', takeover, visits} | {'done', result, replied} | {'busy', holder}
 #:    | {'stale'} | {'refused', state}
 CLAIM = (
     PRELUDE
@@ -138,7 +140,12 @@ redis.call('HSET', KEYS[1], 'holder', me, 'token', token, 'fenced', fenced,
 redis.call('HINCRBY', KEYS[1], 'claims', 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZADD', KEYS[4], ARGV[7], KEYS[2])
-return {'claimed', takeover}
+local visits = 0
+if ARGV[9] == '1' and takeover == '0' then
+  visits = redis.call('HINCRBY', KEYS[5], ARGV[8], 1)
+  redis.call('PEXPIRE', KEYS[5], ttl)
+end
+return {'claimed', takeover, visits}
 """
 )
 

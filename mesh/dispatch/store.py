@@ -9,6 +9,7 @@ Everything expires after ``settings.idempotency_ttl_s``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Literal
 from mesh.config import Settings
 from mesh.dispatch import lua
 from mesh.keys import Keys
+from mesh.retrying import TRANSIENT_ERRORS
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
 from schemas.codec import loads
 
@@ -48,6 +50,8 @@ class Claim:
 
     status: Literal["claimed", "done", "busy", "stale", "refused"]
     takeover: bool = False
+    #: visits of the task's trace to this agent, this one included (0: not counted)
+    visits: int = 0
     result: Result | None = None
     replied: bool = False
     detail: str = ""
@@ -93,9 +97,18 @@ class TaskStore:
         return [self.keys.task(task_id), self.keys.task_history(task_id)]
 
     async def submit(
-        self, envelope: TaskEnvelope, *, redelivered: bool, states: Sequence[str], by: str
+        self,
+        envelope: TaskEnvelope,
+        *,
+        redelivered: bool,
+        states: Sequence[str],
+        by: str,
+        agent_id: str = "",
     ) -> Submission:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
+
+        A new task follows `states` in the same step (the router passes ``dispatched``
+        with the chosen `agent_id` when it chose before recording: one round trip).
 
         A duplicate's reply_to joins the task's waiters; ``resume`` means a redelivered
         message whose first router died before dispatching it; ``answered`` a redelivered
@@ -114,6 +127,7 @@ class TaskStore:
                 envelope.reply_to or "",
                 "1" if redelivered else "0",
                 envelope.trace_id,
+                agent_id,
                 *states,
             ],
         )
@@ -149,14 +163,20 @@ class TaskStore:
         agent_id: str,
         redelivered: bool,
         lifetime_end_ms: int,
+        count_visit: bool = False,
     ) -> Claim:
-        """Claim a task before running it (atomic with its move to ``processing``)."""
+        """Claim a task before running it (atomic with its move to ``processing``).
+
+        With `count_visit`, a claim that is not a takeover also counts one more visit of the
+        task's trace to `agent_id` (loop detection), in the same step.
+        """
         k = self.keys
         reply = await self._claim(
             keys=[
                 k.idem(envelope.task_id),
                 *self._task_keys(envelope.task_id),
                 k.processing(),
+                k.trace_visits(envelope.trace_id),
             ],
             args=[
                 self.ttl_ms,
@@ -167,11 +187,12 @@ class TaskStore:
                 "1" if redelivered else "0",
                 lifetime_end_ms,
                 agent_id,
+                "1" if count_visit else "0",
             ],
         )
         status = _s(reply[0])
         if status == "claimed":
-            return Claim("claimed", takeover=_s(reply[1]) == "1")
+            return Claim("claimed", takeover=_s(reply[1]) == "1", visits=int(reply[2]))
         if status == "done":
             return Claim("done", result=_result(reply[1]), replied=_s(reply[2]) == "1")
         detail = _s(reply[1]) if len(reply) > 1 else ""
@@ -283,4 +304,47 @@ class TaskStore:
         return {_s(a): _s(b) for a, b in raw.items() if a != b"result"}
 
 
-__all__ = ["Claim", "Commit", "Holder", "Submission", "TaskStore"]
+class ReplyMarks:
+    """Marks tasks ``replied`` in batches: one pipelined round trip for many tasks.
+
+    The mark only spares a redelivered copy a second Result (which clients drop anyway),
+    so it need not be written before the delivery is acked; `close()` writes what is left.
+    """
+
+    def __init__(self, store: TaskStore, interval_s: float = 0.02) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self._pending: list[str] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def mark(self, task_id: str) -> None:
+        self._pending.append(task_id)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self.interval_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        pipe = self.store.redis.pipeline(transaction=False)
+        for task_id in pending:
+            pipe.hset(self.store.keys.idem(task_id), "replied", "1")
+        try:
+            await pipe.execute()
+        except TRANSIENT_ERRORS:
+            logger.info("%d replied marks not written (Redis away)", len(pending))
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.flush()
+
+
+__all__ = ["Claim", "Commit", "Holder", "ReplyMarks", "Submission", "TaskStore"]

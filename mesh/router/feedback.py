@@ -1,6 +1,7 @@
 """Explicit feedback on a routed task (`mesh feedback TASK_ID good|bad`, `MeshClient.feedback`).
 
-At dispatch the router records which agent took a task and the task's text (24 h). Feedback
+After a dispatch the router records which agent took a task and the task's text (24 h;
+written in batches by `mesh.router.outcomes`). Feedback
 looks that up: `good` adds the text to the agent's example memory, `bad` counts against the
 agent and takes the text out of its memory (a completed task was learned automatically);
 then a `route.feedback` event tells every router to reload that agent's memory.
@@ -13,7 +14,7 @@ from typing import cast
 from mesh.connection import MeshConnection
 from mesh.errors import MeshError
 from mesh.messaging import Publisher
-from mesh.router.memory import ExampleMemory
+from mesh.router.memory import COUNTED_BEFORE, ExampleMemory
 from schemas import Event
 
 #: how long a routed task can still receive feedback
@@ -22,17 +23,6 @@ ROUTE_RECORD_TTL_S = 86_400
 
 class UnknownTask(MeshError, LookupError):
     """No routing record for that task_id (never routed semantically, or older than 24 h)."""
-
-
-async def record_route(
-    conn: MeshConnection, task_id: str, agent_id: str, text: str, rerouted: bool
-) -> None:
-    """Remember who took `task_id` and for which text, for later feedback."""
-    key = conn.keys.outcome(task_id)
-    pipe = conn.redis.pipeline(transaction=False)
-    pipe.hset(key, mapping={"agent_id": agent_id, "text": text, "rerouted": int(rerouted)})
-    pipe.expire(key, ROUTE_RECORD_TTL_S)
-    await pipe.execute()
 
 
 async def give_feedback(
@@ -52,13 +42,14 @@ async def give_feedback(
     agent_id = raw[b"agent_id"].decode()
     text = raw[b"text"].decode()
     memory = ExampleMemory(conn.redis, conn.keys, conn.settings.example_memory_size)
-    counted = await memory.record(
+    answer = await memory.record(
         agent_id,
         task_id,
         "good" if good else "bad",
         learn_text=text if good else None,
         unlearn_text=None if good else text,
     )
+    counted = answer != COUNTED_BEFORE
     await publisher.emit(
         Event(type="route.feedback", task_id=task_id, agent_id=agent_id,
               data={"good": good, "counted": counted})

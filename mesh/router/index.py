@@ -90,11 +90,12 @@ class AgentEntry:
     examples: F32
     tags: dict[str, str] = field(default_factory=dict)
     keywords: tuple[tuple[str, ...], ...] = ()
-    learned: list[F32] = field(default_factory=list)
+    #: reservoir slot -> learned vector (the slots of the agent's memory in Redis)
+    learned: dict[int, F32] = field(default_factory=dict)
     #: registration texts fed to the lexical channel (capability text, examples)
     texts: tuple[str, ...] = ()
-    #: the text of each `learned` vector, same order (None: learned without a text)
-    learned_texts: list[str | None] = field(default_factory=list)
+    #: reservoir slot -> the text of its `learned` vector (None: learned without a text)
+    learned_texts: dict[int, str | None] = field(default_factory=dict)
     #: vectors offered to the reservoir so far (reservoir sampling needs it)
     learned_seen: int = 0
     bad: int = 0
@@ -106,7 +107,7 @@ class AgentEntry:
 
     def requests(self) -> F32:
         """Example and learned vectors: texts written as requests, like queries."""
-        learned = list(self.learned)  # copy first: the event loop may append meanwhile
+        learned = list(self.learned.values())  # copy first: the event loop may learn meanwhile
         if not learned:
             return self.examples
         return np.concatenate([self.examples, np.stack(learned)]).astype(np.float32, copy=False)
@@ -153,6 +154,8 @@ class CapabilityIndex:
         self._version = 0
         #: True when agents or memories changed since the last `refit()`
         self.dirty = False
+        #: rows whose prototype was recomputed so far (a learned text costs one)
+        self.rows_refreshed = 0
 
     # --- views ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -373,7 +376,9 @@ class CapabilityIndex:
         gone = self._entries[row]
         self._unindex(gone)
         self._lexical.remove_agent(int(self._lex_slots[row]))
-        self._lex_texts -= len(gone.texts) + sum(t is not None for t in gone.learned_texts)
+        self._lex_texts -= len(gone.texts) + sum(
+            t is not None for t in gone.learned_texts.values()
+        )
         last = len(self._entries) - 1
         if row != last:
             moved = self._entries[last]
@@ -414,13 +419,14 @@ class CapabilityIndex:
 
     # --- learning ------------------------------------------------------------------------
     def learn(self, agent_id: str, vec: F32, *, good: bool, text: str | None = None) -> None:
-        """Record an outcome: good adds `vec` to the agent's bounded reservoir, bad counts.
+        """Record an outcome: good offers `vec` to the agent's bounded reservoir, bad counts.
 
         `text` is the text `vec` embeds; with it the lexical channel learns it too (it holds
         exactly the reservoir's texts: a text replaced in the reservoir leaves it).
 
         The reservoir is a uniform sample (Algorithm R) of every good vector seen, drawn
         with the index's seeded RNG, so replaying the same outcomes gives the same memory.
+        The live router does not sample here: Redis picks the slot, `learn_at` applies it.
         Unknown agents are ignored (they may have deregistered meanwhile).
         """
         row = self._rows.get(agent_id)
@@ -431,24 +437,44 @@ class CapabilityIndex:
         if not good:
             entry.bad += 1
             return
-        v = np.asarray(vec, np.float32).reshape(self.dim)
-        entry.learned_seen += 1
-        lex_slot = int(self._lex_slots[row])
+        seen = entry.learned_seen + 1
         if len(entry.learned) < self.memory_size:
-            entry.learned.append(v)
-            entry.learned_texts.append(text)
+            slot = next(s for s in range(self.memory_size) if s not in entry.learned)
         else:
-            slot = int(self._rng.integers(entry.learned_seen))
+            slot = int(self._rng.integers(seen))
             if slot >= self.memory_size:
+                entry.learned_seen = seen
                 return
-            entry.learned[slot] = v
-            old = entry.learned_texts[slot]
-            if old is not None:
-                self._lex_remove(lex_slot, old)
-            entry.learned_texts[slot] = text
+        self.learn_at(agent_id, slot, vec, text, seen=seen)
+
+    def learn_at(
+        self, agent_id: str, slot: int, vec: F32, text: str | None, *, seen: int | None = None
+    ) -> bool:
+        """Put `vec` (and its `text`) into reservoir `slot`, replacing what was there.
+
+        Costs the grams of the old and the new text and one row: nothing else is touched.
+        `seen` is the reservoir's count of offers (None: unchanged). False for an unknown
+        agent or a slot outside the reservoir.
+        """
+        row = self._rows.get(agent_id)
+        if row is None or not 0 <= slot < self.memory_size:
+            logger.debug("learn_at agent=%s slot=%d ignored", agent_id, slot)
+            return False
+        entry = self._entries[row]
+        lex_slot = int(self._lex_slots[row])
+        old = entry.learned_texts.get(slot)
+        if old is not None:
+            self._lex_remove(lex_slot, old)
         if text is not None:
             self._lex_add(lex_slot, text)
+        learned = dict(entry.learned)  # a new dict: a running fit keeps the old one
+        learned[slot] = np.asarray(vec, np.float32).reshape(self.dim)
+        entry.learned = learned
+        entry.learned_texts = {**entry.learned_texts, slot: text}
+        if seen is not None:
+            entry.learned_seen = max(int(seen), len(learned))
         self._changed(row)
+        return True
 
     def set_memory(
         self,
@@ -458,38 +484,41 @@ class CapabilityIndex:
         seen: int,
         bad: int,
         texts: Sequence[str] | None = None,
+        slots: Sequence[int] | None = None,
     ) -> None:
         """Replace an agent's learned reservoir wholesale (e.g. loaded from Redis).
 
-        `vectors` beyond `memory_size` are dropped (the last ones are kept); `seen` is
-        how many good vectors were ever offered (it drives later reservoir sampling).
-        `texts`, when given, are the texts of `vectors` (same order) for the lexical channel.
-        Unknown agents are ignored.
+        `slots` are the reservoir slots of `vectors` (default 0, 1, ...); vectors beyond
+        `memory_size` are dropped (the last ones are kept); `seen` is how many good vectors
+        were ever offered (it drives later reservoir sampling). `texts`, when given, are
+        the texts of `vectors` (same order) for the lexical channel. Unknown agents are
+        ignored.
 
         Raises:
-            ValueError: `texts` and `vectors` differ in length.
+            ValueError: `texts` or `slots` and `vectors` differ in length.
         """
         row = self._rows.get(agent_id)
         if row is None:
             logger.debug("set_memory for unknown agent=%s ignored", agent_id)
             return
         all_rows = np.asarray(vectors, np.float32).reshape(-1, self.dim)
-        if texts is not None and len(texts) != len(all_rows):
-            raise ValueError(f"set_memory: {len(texts)} texts for {len(all_rows)} vectors")
-        rows = all_rows[-self.memory_size :]
-        kept: list[str | None] = (
-            list(texts[len(texts) - len(rows) :]) if texts is not None else [None] * len(rows)
-        )
+        for name, given in (("texts", texts), ("slots", slots)):
+            if given is not None and len(given) != len(all_rows):
+                raise ValueError(f"set_memory: {len(given)} {name} for {len(all_rows)} vectors")
+        keep = slice(max(len(all_rows) - self.memory_size, 0), None)
+        rows = all_rows[keep]
+        kept: list[str | None] = list(texts[keep]) if texts is not None else [None] * len(rows)
+        slot_ids = list(slots[keep]) if slots is not None else list(range(len(rows)))
         entry = self._entries[row]
         lex_slot = int(self._lex_slots[row])
-        for old in entry.learned_texts:
+        for old in entry.learned_texts.values():
             if old is not None:
                 self._lex_remove(lex_slot, old)
         for new in kept:
             if new is not None:
                 self._lex_add(lex_slot, new)
-        entry.learned_texts = kept
-        entry.learned = [r.copy() for r in rows]  # a new list: a running fit keeps the old one
+        entry.learned_texts = dict(zip(slot_ids, kept, strict=True))
+        entry.learned = {s: r.copy() for s, r in zip(slot_ids, rows, strict=True)}
         entry.learned_seen = max(int(seen), len(entry.learned))
         entry.bad = int(bad)
         self._changed(row)
@@ -549,6 +578,7 @@ class CapabilityIndex:
         self.dirty = True
 
     def _refresh_row(self, row: int) -> None:
+        self.rows_refreshed += 1
         entry = self._entries[row]
         cfg = self.fit_config
         cap = unit(entry.capability - self._capability_mean)

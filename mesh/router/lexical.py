@@ -81,6 +81,8 @@ class LexicalIndex:
         #: gram -> how many agents hold it (document frequency)
         self._df: Counter[str] = Counter()
         self._agents = 0
+        #: gram postings added or removed so far (a learned text costs its own grams)
+        self.postings_changed = 0
 
     def __len__(self) -> int:
         return self._agents
@@ -109,7 +111,9 @@ class LexicalIndex:
 
     def add_text(self, slot: int, text: str) -> None:
         bag = self._bag(slot)
-        for gram in grams(text):
+        found = grams(text)
+        self.postings_changed += len(found)
+        for gram in found:
             if bag[gram] == 0:
                 self._df[gram] += 1
             bag[gram] += 1
@@ -117,7 +121,9 @@ class LexicalIndex:
     def remove_text(self, slot: int, text: str) -> None:
         """Undo one `add_text(slot, text)`; grams the bag does not hold are ignored."""
         bag = self._bag(slot)
-        for gram in grams(text):
+        found = grams(text)
+        self.postings_changed += len(found)
+        for gram in found:
             count = bag.get(gram, 0)
             if count <= 1:
                 if count:

@@ -71,9 +71,24 @@ def success_rate(good: int, bad: int) -> float:
     return (good + 1.0) / (good + bad + 1.0)
 
 
+#: `record` answers: the slot written (>= 0), or why nothing was written
+COUNTED_BEFORE, NOTHING_TO_LEARN, NOT_SAMPLED, ALREADY_KNOWN = -1, -2, -3, -4
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One outcome to record (`ExampleMemory.record_many`)."""
+
+    agent_id: str
+    task_id: str
+    kind: Kind
+    learn_text: str | None = None
+    unlearn_text: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Memory:
-    """One agent's learned texts and outcome counters."""
+    """One agent's learned texts (by reservoir slot) and outcome counters."""
 
     texts: tuple[str, ...]
     seen: int
@@ -82,6 +97,8 @@ class Memory:
     rejected: int = 0
     good: int = 0
     bad: int = 0
+    #: the reservoir slot of each of `texts`
+    slots: tuple[int, ...] = ()
 
     @property
     def success_rate(self) -> float:
@@ -100,6 +117,7 @@ class ExampleMemory:
         self.keys = keys
         self.size = size
         self._rng = random.Random()
+        self._record = redis.register_script(_RECORD_LUA)
 
     async def record(
         self,
@@ -109,38 +127,56 @@ class ExampleMemory:
         *,
         learn_text: str | None = None,
         unlearn_text: str | None = None,
-    ) -> bool:
+    ) -> int:
         """Count one outcome of `task_id`; with `learn_text`, offer it to the reservoir
         (a text already held is not added twice); with `unlearn_text`, drop it (bad
         feedback on a task the agent completed: the text is not a good example of it).
 
-        Returns False when this (task_id, kind) was already counted.
+        Returns the reservoir slot written, or `COUNTED_BEFORE` when this (task_id, kind)
+        was counted already, `NOTHING_TO_LEARN`, `NOT_SAMPLED` or `ALREADY_KNOWN`.
         """
-        answer = await self.redis.eval(
-            _RECORD_LUA,
-            4,
-            self.keys.memory(agent_id),
-            self.keys.stats(agent_id),
-            self.keys.memory_marker(agent_id, f"{task_id}:{kind}"),
-            self.keys.memory_marker(agent_id, f"{task_id}:bad"),
-            kind,
-            learn_text or "",
-            self.size,
-            MARKER_TTL_S,
-            self._rng.randrange(1 << 30),
-            unlearn_text or "",
+        (answer,) = await self.record_many(
+            [Outcome(agent_id, task_id, kind, learn_text, unlearn_text)]
         )
-        return int(answer) != -1
+        return answer
+
+    async def record_many(self, outcomes: list[Outcome]) -> list[int]:
+        """`record` for many outcomes in one pipelined round trip, answers in order."""
+        if not outcomes:
+            return []
+        pipe = self.redis.pipeline(transaction=False)
+        for o in outcomes:
+            await self._record(
+                keys=[
+                    self.keys.memory(o.agent_id),
+                    self.keys.stats(o.agent_id),
+                    self.keys.memory_marker(o.agent_id, f"{o.task_id}:{o.kind}"),
+                    self.keys.memory_marker(o.agent_id, f"{o.task_id}:bad"),
+                ],
+                args=[
+                    o.kind,
+                    o.learn_text or "",
+                    self.size,
+                    MARKER_TTL_S,
+                    self._rng.randrange(1 << 30),
+                    o.unlearn_text or "",
+                ],
+                client=pipe,
+            )
+        return [int(a) for a in await pipe.execute()]
 
     async def load(self, agent_id: str) -> Memory:
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.memory(agent_id))
         pipe.hgetall(self.keys.stats(agent_id))
         raw, stats = await pipe.execute()
-        texts = [v.decode() for f, v in sorted(raw.items()) if f.startswith(b"slot:")]
+        held = sorted(
+            (int(f[len(b"slot:") :]), v.decode()) for f, v in raw.items() if f.startswith(b"slot:")
+        )
         counts = {k.decode(): int(v) for k, v in stats.items()}
         return Memory(
-            texts=tuple(texts),
+            texts=tuple(text for _, text in held),
+            slots=tuple(slot for slot, _ in held),
             seen=int(raw.get(b"seen", 0)),
             completed=counts.get("completed", 0),
             failed=counts.get("failed", 0),

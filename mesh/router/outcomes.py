@@ -3,7 +3,13 @@
 Every router follows the outcome events of the whole mesh, so each keeps the same counts
 per agent (success rate, cold-start state) and feeds its circuit breakers. Only the router
 that chose the agent for a task writes that task's outcome to Redis (the example memory
-and its counters), once for the whole mesh; the others reload the memory when they refit.
+and its counters), once for the whole mesh.
+
+Nothing here waits on Redis in the decision path: a dispatch's routing record and each
+outcome are queued and written by `flush()` in one pipelined round trip for many tasks,
+off the hot path. A flush returns the texts Redis sampled into a reservoir slot; the
+selector applies each to its index (one row) and tells the other routers
+(``route.learned``), so none of them reloads anything.
 """
 
 from __future__ import annotations
@@ -11,10 +17,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from redis.typing import EncodableT, FieldT
+
 from mesh.connection import MeshConnection
 from mesh.router.breaker import BreakerBoard
-from mesh.router.feedback import record_route
-from mesh.router.memory import ExampleMemory, Kind, Memory, success_rate
+from mesh.router.feedback import ROUTE_RECORD_TTL_S
+from mesh.router.memory import ExampleMemory, Kind, Memory, Outcome, success_rate
 from schemas import Event, TaskEnvelope
 
 #: dispatched tasks remembered locally for learning from their outcome
@@ -26,8 +34,10 @@ OUTCOME_KINDS: dict[str, Kind] = {
     "task.expired": "failed",
     "task.rerouting": "rejected",  # only when the worker says it rejected the task
 }
+#: a text one router learned, announced to the others (slot, text and vector)
+LEARNED_EVENT = "route.learned"
 #: the events a router follows to learn
-LEARNING_EVENTS: tuple[str, ...] = (*OUTCOME_KINDS, "route.feedback")
+LEARNING_EVENTS: tuple[str, ...] = (*OUTCOME_KINDS, "route.feedback", LEARNED_EVENT)
 #: outcomes that say nothing about the agent (the task expired before it ran)
 NOT_THE_AGENTS_FAULT = frozenset({"expired_in_queue"})
 
@@ -39,6 +49,15 @@ class _Dispatched:
     rerouted: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """A text Redis put into slot `slot` of `agent_id`'s reservoir."""
+
+    agent_id: str
+    slot: int
+    text: str
+
+
 class OutcomeLedger:
     """Counts, breakers and the example memory, kept in step with outcome events."""
 
@@ -47,26 +66,32 @@ class OutcomeLedger:
         self.memory = memory
         self.breakers = breakers
         self.counts: dict[str, dict[str, int]] = {}
-        #: agents whose example memory in Redis changed since the router last loaded it
-        self.memory_dirty: set[str] = set()
         self._recent: OrderedDict[str, _Dispatched] = OrderedDict()
+        #: writes waiting for the next `flush`
+        self._routes: list[tuple[str, _Dispatched]] = []
+        self._outcomes: list[Outcome] = []
 
-    async def remember(self, envelope: TaskEnvelope, agent_id: str) -> None:
+    @property
+    def pending(self) -> bool:
+        return bool(self._routes or self._outcomes)
+
+    def remember(self, envelope: TaskEnvelope, agent_id: str) -> None:
         """A task this router sent to `agent_id` (its text is learned if it completes)."""
         rerouted = envelope.reroutes > 0 or bool(envelope.excluded_agents)
-        self._recent[envelope.task_id] = _Dispatched(agent_id, envelope.capability, rerouted)
+        mine = _Dispatched(agent_id, envelope.capability, rerouted)
+        self._recent[envelope.task_id] = mine
         while len(self._recent) > RECENT_LIMIT:
             self._recent.popitem(last=False)
-        await record_route(self.conn, envelope.task_id, agent_id, envelope.capability, rerouted)
+        self._routes.append((envelope.task_id, mine))
 
-    async def observe(self, event: Event) -> str | None:
-        """Take in one event; returns the agent whose standing changed (None: nothing)."""
+    def observe(self, event: Event) -> str | None:
+        """Take in one outcome event; returns the agent whose standing changed (None: none).
+
+        The Redis record of an outcome of this router's own dispatch is queued for `flush`.
+        """
         agent_id = event.agent_id
         if agent_id is None or event.task_id is None:
             return None
-        if event.type == "route.feedback":
-            self.memory_dirty.add(agent_id)
-            return agent_id
         kind = OUTCOME_KINDS.get(event.type)
         if kind is None or (kind == "rejected" and "rejected" not in event.data):
             return None
@@ -79,10 +104,33 @@ class OutcomeLedger:
         mine = self._recent.pop(event.task_id, None)
         if mine is not None and mine.agent_id == agent_id:
             learn_text = mine.text if kind == "completed" and not mine.rerouted else None
-            await self.memory.record(agent_id, event.task_id, kind, learn_text=learn_text)
-            if learn_text is not None:
-                self.memory_dirty.add(agent_id)
+            self._outcomes.append(Outcome(agent_id, event.task_id, kind, learn_text))
         return agent_id
+
+    async def flush(self) -> list[Learned]:
+        """Write what is queued (routing records, outcomes) in one round trip.
+
+        Returns the texts that took a reservoir slot; texts not sampled or already held
+        change nothing, so they cost nothing more.
+        """
+        routes, self._routes = self._routes, []
+        outcomes, self._outcomes = self._outcomes, []
+        if routes:
+            pipe = self.conn.redis.pipeline(transaction=False)
+            for task_id, d in routes:
+                key = self.conn.keys.outcome(task_id)
+                record: dict[FieldT, EncodableT] = {
+                    "agent_id": d.agent_id, "text": d.text, "rerouted": int(d.rerouted)
+                }
+                pipe.hset(key, mapping=record)
+                pipe.expire(key, ROUTE_RECORD_TTL_S)
+            await pipe.execute()
+        answers = await self.memory.record_many(outcomes)
+        return [
+            Learned(o.agent_id, slot, o.learn_text)
+            for o, slot in zip(outcomes, answers, strict=True)
+            if slot >= 0 and o.learn_text is not None
+        ]
 
     def merge(self, agent_id: str, memory: Memory) -> None:
         """Counters loaded from Redis (a restart) raise the local ones, never lower them."""

@@ -190,10 +190,13 @@ def score(
     query_text: str = "",
     required_tags: Mapping[str, str] | None = None,
     rng: np.random.Generator | None = None,
+    blocked: NDArray[np.bool_] | None = None,
 ) -> Decision:
     """Score every agent of `index` for the unit vector `query`; see the module docstring.
 
-    `rng` drives exploration; without one no exploration happens.
+    `rng` drives exploration; without one no exploration happens. `blocked` marks rows
+    that may not be chosen now (excluded, breaker open, lease lapsed): they count as
+    unavailable. Pure: the index is only read.
     """
     n = len(index)
     rank, sim = index.scores(query, query_text)
@@ -217,6 +220,8 @@ def score(
     if required_tags:
         code[~index.tag_mask(required_tags)] = 2
     code[~index.routable] = 1
+    if blocked is not None:
+        code[blocked] = 1
 
     def decision(
         agent_id: str | None, strategy: Strategy, runner_up: str | None = None

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
@@ -24,7 +25,16 @@ from mesh.messaging import Publisher
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
 from mesh.topology import DeadReason
-from schemas import InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, new_id, now_ms
+from schemas import (
+    Event,
+    InvalidEnvelope,
+    Result,
+    RouteInfo,
+    TaskEnvelope,
+    decode,
+    new_id,
+    now_ms,
+)
 from schemas.codec import peek
 from schemas.result import ErrorInfo, Status
 
@@ -43,10 +53,37 @@ class RouteChoice:
     explain: dict[str, Any] = field(default_factory=dict)
 
 
+class Ending(NamedTuple):
+    """A task the router ends itself: status, dead-letter queue, error code and message."""
+
+    status: Status
+    reason: DeadReason
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+def no_agent(envelope: TaskEnvelope) -> Ending:
+    """Nothing could be chosen for `envelope`."""
+    return Ending(
+        "unroutable",
+        "unroutable",
+        "no_agent",
+        "no live agent matches the task",
+        {"excluded_agents": envelope.excluded_agents},
+    )
+
+
 class Selector(Protocol):
-    """Chooses an agent for an envelope without a `target` (the semantic router)."""
+    """Chooses an agent for an envelope without a `target` (the semantic router).
+
+    `select` only chooses: it changes nothing. `dispatched` is called once the chosen
+    dispatch was published and confirmed (breaker probes, load counts, learning).
+    """
 
     async def select(self, envelope: TaskEnvelope) -> RouteChoice | None: ...
+
+    def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None: ...
 
 
 class NoSelector:
@@ -54,6 +91,36 @@ class NoSelector:
 
     async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
         return None
+
+    def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
+        return None
+
+
+def decision_event(
+    envelope: TaskEnvelope,
+    choice: RouteChoice | None,
+    timings: dict[str, float] | None = None,
+    explain: dict[str, Any] | None = None,
+) -> Event:
+    """The ``route.decision`` event of one decision (None: nothing could be chosen)."""
+    return Event(
+        type="route.decision",
+        trace_id=envelope.trace_id,
+        task_id=envelope.task_id,
+        agent_id=choice.agent_id if choice else None,
+        data={
+            "capability": envelope.capability[:500],
+            "route": choice.route.model_dump() if choice else None,
+            "excluded": list(envelope.excluded_agents),
+            "timings": timings or {},
+            **(explain or {}),
+        },
+    )
+
+
+def _before_dispatch(states: Any) -> list[str]:
+    """States recorded with a dispatch, less ``dispatched`` (emitted after the confirm)."""
+    return [s for s in states or () if s != "dispatched"]
 
 
 def death_reason(headers: dict[str, Any]) -> str:
@@ -116,12 +183,14 @@ class RouterService:
 
     # --- per message -----------------------------------------------------------------------
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        received = time.perf_counter()
         try:
             await self.handle(
                 message.body,
                 message.headers or {},
                 message.routing_key or "",
                 redelivered=bool(message.redelivered),
+                received=received,
             )
         except asyncio.CancelledError:
             await _settle_quietly(message.nack(requeue=True))
@@ -149,8 +218,14 @@ class RouterService:
         routing_key: str,
         *,
         redelivered: bool = False,
+        received: float | None = None,
     ) -> None:
-        """Route one body from the router queue (from ingress, or back from an agent queue)."""
+        """Route one body from the router queue (from ingress, or back from an agent queue).
+
+        The agent is chosen first (pure CPU), then the task is recorded with its whole path
+        (``submitted -> routing -> dispatched``) in one Redis step, then it is published.
+        """
+        received = time.perf_counter() if received is None else received
         try:
             envelope = decode(TaskEnvelope, body, max_payload_bytes=self.settings.max_payload_bytes)
         except InvalidEnvelope as exc:
@@ -177,32 +252,62 @@ class RouterService:
                 reason,
                 envelope.reroutes,
             )
+        else:
+            returned_from = None
+            envelope = self._stamp(envelope)
+        ending = self._ending(envelope)
+        choice = None if ending is not None else await self._choose(envelope)
+        if ending is None and choice is None:
+            ending = no_agent(envelope)
+        agent = choice.agent_id if choice is not None else ""
+        dispatch = ("dispatched",) if choice is not None else ()
+        if returned_from is not None:
             applied = await self.store.advance(
-                envelope.task_id, "rerouting", "routing", by=self.router_id, note=returned_from
+                envelope.task_id,
+                "rerouting",
+                "routing",
+                *dispatch,
+                by=self.router_id,
+                note=returned_from,
+                agent_id=agent,
             )
             if applied is None:
                 # finished meanwhile (a duplicate copy completed): nothing left to do
                 return
-            await self._emit(envelope, applied, {"from_agent": returned_from})
-        else:
-            envelope = self._stamp(envelope)
-            if not await self._admit(envelope, redelivered):
-                return
-        await self.route(envelope, body)
+            await self._emit(envelope, _before_dispatch(applied), {"from_agent": returned_from})
+        elif not await self._admit(envelope, redelivered, dispatch, agent):
+            return
+        if ending is not None:
+            await self.end(envelope, body, *ending)
+            return
+        assert choice is not None
+        await self.dispatch(envelope, choice, body, received)
 
-    async def _admit(self, envelope: TaskEnvelope, redelivered: bool) -> bool:
-        """Record a new task; answer or join a duplicate. True when it must be routed."""
+    async def _admit(
+        self, envelope: TaskEnvelope, redelivered: bool, dispatch: tuple[str, ...], agent: str
+    ) -> bool:
+        """Record a new task (with its dispatch when chosen); answer or join a duplicate.
+
+        True when the task must go on (dispatched, or ended when nothing was chosen).
+        """
+        states = ("submitted", "routing", *dispatch)
         sub = await self.store.submit(
-            envelope, redelivered=redelivered, states=("submitted", "routing"), by=self.router_id
+            envelope, redelivered=redelivered, states=states, by=self.router_id, agent_id=agent
         )
         if sub.status == "new":
-            await self._emit(envelope, ("submitted", "routing"))
+            await self._emit(envelope, _before_dispatch(states))
             return True
         if sub.status == "resume":
             logger.info(
                 "task_id=%s redelivered in state %s: routing it", envelope.task_id, sub.state
             )
-            return True
+            if not dispatch:
+                return True
+            path = ("dispatched",) if sub.state == "dispatched" else ("routing", "dispatched")
+            moved = await self.store.advance(
+                envelope.task_id, *path, by=self.router_id, agent_id=agent
+            )
+            return moved is not None
         self.duplicates += 1
         if sub.status == "answered":
             logger.info("redelivered task_id=%s was answered already", envelope.task_id)
@@ -246,53 +351,32 @@ class RouterService:
             update["deadline_ms"] = now + envelope.timeout_ms
         return envelope.model_copy(update=update) if update else envelope
 
-    async def route(self, envelope: TaskEnvelope, raw: bytes) -> None:
+    def _ending(self, envelope: TaskEnvelope) -> Ending | None:
+        """Why the task must end before any agent is chosen (hops, deadline, reroutes)."""
         if envelope.hops >= envelope.max_hops and envelope.hops > 0:
-            await self.end(
-                envelope,
-                raw,
+            return Ending(
                 "dead",
                 "hops",
                 "max_hops_exceeded",
                 f"hops={envelope.hops} reached max_hops={envelope.max_hops}",
                 {"trajectory": envelope.trajectory},
             )
-            return
-        left = self.time_left_ms(envelope)
-        if left <= 0:
-            await self.end(
-                envelope,
-                raw,
+        if self.time_left_ms(envelope) <= 0:
+            return Ending(
                 "expired",
                 "expired",
                 "deadline_passed",
                 "the task's deadline passed before it could be dispatched",
             )
-            return
         if envelope.reroutes > self.settings.max_reroutes:
-            await self.end(
-                envelope,
-                raw,
+            return Ending(
                 "unroutable",
                 "unroutable",
                 "reroutes_exhausted",
                 f"no agent accepted the task after {envelope.reroutes - 1} reroutes",
                 {"excluded_agents": envelope.excluded_agents},
             )
-            return
-        choice = await self._choose(envelope)
-        if choice is None:
-            await self.end(
-                envelope,
-                raw,
-                "unroutable",
-                "unroutable",
-                "no_agent",
-                "no live agent matches the task",
-                {"excluded_agents": envelope.excluded_agents},
-            )
-            return
-        await self.dispatch(envelope, choice, raw)
+        return None
 
     async def _choose(self, envelope: TaskEnvelope) -> RouteChoice | None:
         if envelope.target is not None:
@@ -301,27 +385,25 @@ class RouterService:
             return RouteChoice(envelope.target, RouteInfo(strategy="target"))
         return await self.selector.select(envelope)
 
-    async def dispatch(self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes) -> None:
-        expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
-        key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
-        envelope = envelope.model_copy(update={"route": choice.route})
-        # recorded before the publish: a fast worker may claim the task before the confirm
-        # comes back; a router dying in between leaves `dispatched`, which a redelivery
-        # of the ingress message resumes (a second copy is absorbed by the worker's claim)
-        applied = await self.store.advance(
-            envelope.task_id, "dispatched", by=self.router_id, agent_id=choice.agent_id
-        )
-        if applied is None:
-            return
-        try:
-            await self.publisher.publish_envelope(
-                self.topology.capabilities, key, envelope, expiration_ms=expiration
-            )
-        except PublishError:
-            logger.info(
-                "task_id=%s: no queue bound for agent=%s", envelope.task_id, choice.agent_id
-            )
-            rerouted = envelope.model_copy(
+    async def dispatch(
+        self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes, received: float
+    ) -> None:
+        """Publish a recorded dispatch (state ``dispatched`` already); on an unbound agent
+        key, exclude that agent and choose again."""
+        while True:
+            expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
+            key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
+            sent = envelope.model_copy(update={"route": choice.route})
+            try:
+                await self.publisher.publish_envelope(
+                    self.topology.capabilities, key, sent, expiration_ms=expiration
+                )
+                break
+            except PublishError:
+                logger.info(
+                    "task_id=%s: no queue bound for agent=%s", envelope.task_id, choice.agent_id
+                )
+            envelope = envelope.model_copy(
                 update={
                     "excluded_agents": [*envelope.excluded_agents, choice.agent_id],
                     "reroutes": envelope.reroutes + 1,
@@ -330,21 +412,42 @@ class RouterService:
             rerouting = await self.store.advance(
                 envelope.task_id, "rerouting", "routing", by=self.router_id, note="unbound"
             )
+            if rerouting is None:
+                return
             await self._emit(envelope, rerouting, {"from_agent": choice.agent_id})
-            await self.route(rerouted, raw)
-            return
-        await self._emit(
-            envelope,
-            applied,
-            {"route": choice.route.model_dump(), **choice.explain},
-            agent_id=choice.agent_id,
-        )
-        logger.info(
-            "dispatched task_id=%s agent=%s strategy=%s score=%s",
+            ending = self._ending(envelope)
+            found = None if ending is not None else await self._choose(envelope)
+            if found is None:
+                await self.end(envelope, raw, *(ending or no_agent(envelope)))
+                return
+            choice = found
+            moved = await self.store.advance(
+                envelope.task_id, "dispatched", by=self.router_id, agent_id=choice.agent_id
+            )
+            if moved is None:
+                return
+        route_ms = round((time.perf_counter() - received) * 1000, 3)
+        # only now, with the publish confirmed, does the dispatch count (breaker probe,
+        # load, learning): a dispatch that did not happen leaves no trace in them
+        self.selector.dispatched(sent, choice)
+        await self._emit(sent, ("dispatched",), {"route": choice.route.model_dump()},
+                         agent_id=choice.agent_id)
+        await self._emit_decision(sent, choice, route_ms)
+        logger.debug(
+            "dispatched task_id=%s agent=%s strategy=%s score=%s route_ms=%.2f",
             envelope.task_id,
             choice.agent_id,
             choice.route.strategy,
             choice.route.score,
+            route_ms,
+        )
+
+    async def _emit_decision(
+        self, envelope: TaskEnvelope, choice: RouteChoice, route_ms: float
+    ) -> None:
+        """The decision log: one ``route.decision`` per dispatch, after its confirm."""
+        await self.publisher.emit(
+            decision_event(envelope, choice, {"route_ms": route_ms}, choice.explain)
         )
 
     async def end(

@@ -21,7 +21,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.connection import MeshConnection
 from mesh.dispatch.context import ContextStore
 from mesh.dispatch.events import emit_states
-from mesh.dispatch.store import Holder, TaskStore
+from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
 from mesh.errors import Reject, Retry
 from mesh.messaging import Publisher, envelope_message
 from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
@@ -78,6 +78,7 @@ class WorkerRuntime:
         self.membership: Membership = membership or StaticMembership(agent.agent_id)
         self.publisher = Publisher(conn)
         self.store = TaskStore(conn.redis, conn.keys, conn.settings)
+        self.replied = ReplyMarks(self.store)
         self.contexts = ContextStore(conn.redis, conn.keys, conn.settings.context_ttl_s)
         self._channels: list[AbstractChannel] = []
         self._consumers: list[tuple[AbstractQueue, str]] = []
@@ -217,6 +218,7 @@ class WorkerRuntime:
             agent_id=self.agent.agent_id,
             redelivered=bool(message.redelivered),
             lifetime_end_ms=now_ms() + lifetime_ms,
+            count_visit=envelope.attempt == 0,
         )
         if claim.status == "done":
             logger.info("task_id=%s already done; not run again", envelope.task_id)
@@ -245,8 +247,8 @@ class WorkerRuntime:
             instance_id=self.instance_id,
             data={"takeover": claim.takeover, "attempt": envelope.attempt},
         )
-        if not claim.takeover and envelope.attempt == 0:
-            await self._count_visit(envelope)
+        if claim.visits > LOOP_VISITS:
+            await self._loop_alert(envelope, claim.visits)
         left = self._time_left_ms(envelope)
         if left <= 0:
             outcome = Outcome(
@@ -289,11 +291,8 @@ class WorkerRuntime:
         )
         await quietly(message.ack())
 
-    async def _count_visit(self, envelope: TaskEnvelope) -> None:
+    async def _loop_alert(self, envelope: TaskEnvelope, visits: int) -> None:
         """Loop detection: the same trace on the same agent more than twice is an alert."""
-        key = self.conn.keys.trace_visits(envelope.trace_id)
-        visits = int(await self.conn.redis.hincrby(key, self.agent.agent_id, 1))
-        await self.conn.redis.expire(key, self.settings.idempotency_ttl_s)
         if visits > LOOP_VISITS:
             logger.warning(
                 "loop: trace_id=%s visited agent=%s %d times",
@@ -359,7 +358,7 @@ class WorkerRuntime:
             targets.add(envelope.reply_to)
         for reply_to in sorted(targets):
             await self._reply(reply_to, result)
-        await self.store.mark_replied(envelope.task_id)
+        self.replied.mark(envelope.task_id)
 
     async def _reply(self, reply_to: str, result: Result) -> None:
         await with_retries(lambda: self.publisher.reply(reply_to, result))
@@ -418,4 +417,5 @@ class WorkerRuntime:
         for channel in channels:
             if not channel.is_closed:
                 await channel.close()
+        await self.replied.close()
         await self.publisher.close()

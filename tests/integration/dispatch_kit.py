@@ -28,6 +28,9 @@ class OrderedSelector:
                 return RouteChoice(agent_id, RouteInfo(strategy="semantic", score=1.0))
         return None
 
+    def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
+        return None
+
 
 async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:
     """The mesh topology plus a queue for each agent that nobody consumes: dispatches to

@@ -156,6 +156,10 @@ async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_agai
         envelope = TaskEnvelope(capability="do it", target="effect", reply_to=client.reply_to)
         first = await client.send(envelope, wait_s=10)
     assert first.status == "completed"
+    # workers write the "replied" marks in batches, a few ms after the reply
+    await wait_until(
+        lambda: _replied(store, envelope.task_id), timeout=5
+    )
     states = ("submitted", "routing")
     copy = await store.submit(envelope, redelivered=True, states=states, by="test")
     assert copy.status == "answered"
@@ -164,3 +168,7 @@ async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_agai
     other = envelope.model_copy(update={"reply_to": "someone-else"})
     stranger = await store.submit(other, redelivered=True, states=states, by="test")
     assert stranger.status == "done"
+
+
+async def _replied(store: TaskStore, task_id: str) -> bool:
+    return (await store.holder_of(task_id)).get("replied") == "1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mesh.connection import MeshConnection
-from mesh.router.memory import ExampleMemory
+from mesh.router.memory import COUNTED_BEFORE, ExampleMemory
 
 pytestmark = pytest.mark.integration
 
@@ -13,8 +13,13 @@ pytestmark = pytest.mark.integration
 async def test_reservoir_stays_bounded_and_counts_every_outcome_once(conn: MeshConnection) -> None:
     memory = ExampleMemory(conn.redis, conn.keys, size=5)
     for i in range(40):
-        assert await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}")
-        assert not await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}")
+        assert await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}") != (
+            COUNTED_BEFORE
+        )
+        assert (
+            await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}")
+            == COUNTED_BEFORE
+        )
     loaded = await memory.load("a")
     assert len(loaded.texts) == 5 and len(set(loaded.texts)) == 5
     assert loaded.seen == 40 and loaded.completed == 40

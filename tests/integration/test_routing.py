@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from mesh.client import MeshClient
@@ -16,6 +18,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder, build_embedder
 from mesh.router.memory import ExampleMemory
+from mesh.services import build_selector
 from schemas import TaskEnvelope, decode
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import drain_queue
@@ -115,6 +118,9 @@ async def test_near_tie_is_arbitrated_and_load_separates_equals(
         agent("translator-a", text, examples, reply=slow),
         agent("translator-b", text, examples, reply=slow),
     )
+    assert mesh.selector is not None
+    # both agents are cold: without this, 1 decision in 20 explores instead of arbitrating
+    mesh.selector.weights = dataclasses.replace(mesh.selector.weights, exploration_share=0.0)
     tap = await EventTap(conn, "route.decision").start()
     async with MeshClient(conn) as client:
         first = asyncio.ensure_future(client.request("translate my letter to French", wait_s=20))
@@ -312,3 +318,58 @@ async def test_mesh_explain_prints_the_ranked_table(mesh: SemanticMesh, settings
     assert {"similarity", "semantic", "load", "idle", "history", "total"} <= set(
         report["candidates"][0]
     )
+
+
+async def test_a_text_one_router_learned_reaches_the_other_without_a_reload(
+    mesh: SemanticMesh, conn: MeshConnection, embedder: Embedder
+) -> None:
+    from mesh.router.lexical import grams
+
+    await mesh.start(REFUNDS, LOGISTICS)
+    first = mesh.selector
+    assert first is not None
+    second, stop_second = await build_selector(conn, embedder)
+    try:
+        await second.wait_routable(["refunds", "logistics"], timeout=15)
+        before = second.index.entry("refunds").learned_texts
+        rows, postings = second.index.rows_refreshed, second.index._lexical.postings_changed
+        text = "the refund for my cancelled order never reached my card"
+        async with MeshClient(conn) as client:
+            r = await client.request(text, wait_s=20)
+        assert r.output == {"by": "refunds"}
+        # the routing router learned it from Redis' answer; the other applied its event
+        await wait_until(lambda: second.keeper.learned_elsewhere == 1, timeout=10)
+        learned = second.index.entry("refunds").learned_texts
+        assert set(learned.values()) - set(before.values()) == {text}
+        assert learned == first.index.entry("refunds").learned_texts
+        assert second.index.rows_refreshed - rows == 1
+        assert second.index._lexical.postings_changed - postings == len(grams(text))
+        np.testing.assert_allclose(
+            second.index.entry("refunds").learned[next(iter(learned))],
+            embedder.embed([text])[0], atol=1e-6,
+        )
+    finally:
+        await stop_second()
+
+
+async def test_a_dispatch_that_failed_leaves_load_breaker_and_learning_untouched(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(REFUNDS)
+    selector = mesh.selector
+    assert selector is not None
+    # the agent is registered and live, but its queue is gone: the publish is returned
+    channel = await conn.channel()
+    await channel.queue_delete(conn.topology.agent_queue("refunds"))
+    await channel.close()
+    load_before = selector.index.stats("refunds").load
+    async with MeshClient(conn) as client:
+        r = await client.request("can I get my money back for the phone", wait_s=20)
+    assert r.status == "unroutable"
+    assert selector.index.stats("refunds").load == load_before
+    assert selector.breakers.state("refunds") == "closed"
+    assert not selector.breakers._breakers.get("refunds") or not selector.breakers._breakers[
+        "refunds"
+    ].probing
+    assert not selector.ledger.pending
+    assert await conn.redis.exists(conn.keys.outcome(r.task_id)) == 0

@@ -108,7 +108,7 @@ def test_run_calibration_end_to_end(tmp_path: Path) -> None:
     assert learn_rows(index, WordEmbedder().embed([r.text for r in learn]), learn) == 4
     entry = index.entry(WORDS[0])
     assert entry.texts[0] == agents[0].capability_text
-    assert entry.learned_texts == [learn[0].text]
+    assert entry.learned_texts == {0: learn[0].text}
     assert report.oos_recall == 1.0 and report.auroc == 1.0
     out = report.as_dict()
     for key in ("top1", "threshold", "in_scope_accuracy", "oos_recall", "auroc", "overlaps"):

@@ -69,7 +69,7 @@ def test_reservoir_is_bounded_and_deterministic() -> None:
         index.learn("ghost", unit(2), good=True)  # unknown agent: ignored
         entry = index.entry("a")
         assert len(entry.learned) == 5 and entry.learned_seen == 40 and entry.bad == 1
-        return entry.learned
+        return [entry.learned[s] for s in sorted(entry.learned)]
 
     first, second = run(), run()
     assert all(np.array_equal(x, y) for x, y in zip(first, second, strict=True))
@@ -134,7 +134,7 @@ def test_set_memory_replaces_the_reservoir() -> None:
     index.set_memory("a", vectors, seen=12, bad=2)
     entry = index.entry("a")
     assert len(entry.learned) == 3 and entry.learned_seen == 12 and entry.bad == 2
-    np.testing.assert_array_equal(entry.learned[-1], vectors[-1])
+    np.testing.assert_array_equal(entry.learned[2], vectors[-1])
     assert index.dirty and float(index.similarity(unit(3))[0]) > before
     index.set_memory("ghost", vectors, seen=1, bad=0)  # unknown agent: ignored
 
@@ -174,7 +174,7 @@ def test_lexical_channel_scale_and_wiring() -> None:
         index.learn("b", unit(1, noise=0.1, seed=s), good=True, text=f"wire transfer {s}")
     entry = index.entry("b")
     assert len(entry.learned_texts) == 2 and entry.learned_seen == 12
-    kept = [t for t in entry.learned_texts if t is not None]
+    kept = [t for t in entry.learned_texts.values() if t is not None]
     lex_b = index._lex_slots[index.row("b")]
     gone = next(f"wire transfer {s}" for s in range(12) if f"wire transfer {s}" not in kept)
     assert index._lexical.coverage(kept[0], np.array([lex_b]))[0] == pytest.approx(1.0)
@@ -188,3 +188,26 @@ def test_lexical_channel_scale_and_wiring() -> None:
     with pytest.raises(ValueError, match="texts"):
         index.set_memory("b", np.stack([unit(1)]), seen=3, bad=0, texts=[])
     assert index.remove("b") and index._lex_texts == 2  # only a's registration texts left
+
+
+def test_learning_one_text_touches_its_own_grams_and_one_row() -> None:
+    from mesh.router.lexical import grams
+
+    index = CapabilityIndex(DIM, memory_size=3)
+    for i in range(50):
+        add(index, f"a{i}", i % 8, texts=[f"Handles topic {i}.", f"please help with {i}"])
+    lexical = index._lexical
+    rows, postings = index.rows_refreshed, lexical.postings_changed
+    text = "my parcel never arrived"
+    assert index.learn_at("a7", 1, unit(3), text, seen=1)
+    assert index.rows_refreshed - rows == 1
+    assert lexical.postings_changed - postings == len(grams(text))
+    assert index.entry("a7").learned_texts == {1: text}
+    # replacing the slot removes the old text's grams and adds the new one's
+    rows, postings = index.rows_refreshed, lexical.postings_changed
+    other = "refund please"
+    assert index.learn_at("a7", 1, unit(4), other)
+    assert index.rows_refreshed - rows == 1
+    assert lexical.postings_changed - postings == len(grams(text)) + len(grams(other))
+    assert index.entry("a7").learned_texts == {1: other}
+    assert not index.learn_at("ghost", 0, unit(1), "x") and not index.learn_at("a7", 3, unit(1), "x")

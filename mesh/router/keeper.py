@@ -1,0 +1,323 @@
+"""`IndexKeeper`: keeps a router's `CapabilityIndex` in step with the mesh, off the hot path.
+
+- Registry changes (the `AgentSnapshot`'s hooks): an agent's registration is embedded
+  (through the shared Redis vector cache) and added or replaced; a lapsed agent stops being
+  routable; loads and liveness are copied from the snapshot every `STATS_REFRESH_S`.
+- Outcomes (``task.*`` events): counts and breakers (`OutcomeLedger`); the records of this
+  router's own dispatches are written in batches (`OutcomeLedger.flush`).
+- Learning is incremental: a text Redis sampled into reservoir slot *s* replaces slot *s*
+  in the index (its own grams and one row, `CapabilityIndex.learn_at`), and the router that
+  learned it announces it with its vector (``route.learned``), so the other routers apply
+  the same slot without a Redis read or an embedding. A memory is read whole only when an
+  agent joins and after counted feedback.
+- Head refits run in a worker thread, never on the event loop, and within a CPU budget:
+  a fit that cost *c* CPU-seconds is followed by at least *c* / ``refit_cpu_share`` seconds
+  before the next one starts, so fits use at most that share of one core on average.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from mesh.connection import MeshConnection
+from mesh.messaging import Publisher
+from mesh.registry.snapshot import AgentSnapshot
+from mesh.registry.state import AgentState
+from mesh.router.embedding import Embedder
+from mesh.router.index import AgentStats, CapabilityIndex
+from mesh.router.memory import ExampleMemory
+from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, OutcomeLedger
+from mesh.router.vectors import VectorCache
+from mesh.tasks import raise_if_cancelling
+from schemas import Event, InvalidEnvelope, decode, new_id, now_ms
+
+logger = logging.getLogger(__name__)
+
+#: how often loads and liveness are copied from the snapshot into the index
+STATS_REFRESH_S = 1.0
+#: how often queued routing records and outcomes are written (one pipeline each time)
+FLUSH_INTERVAL_S = 0.05
+
+
+class IndexKeeper:
+    """The background upkeep of one router's index. ``await start()`` / ``await close()``."""
+
+    def __init__(
+        self,
+        conn: MeshConnection,
+        embedder: Embedder,
+        snapshot: AgentSnapshot,
+        index: CapabilityIndex,
+        ledger: OutcomeLedger,
+        publisher: Publisher,
+    ) -> None:
+        self.conn = conn
+        self.settings = conn.settings
+        self.embedder = embedder
+        self.snapshot = snapshot
+        self.index = index
+        self.ledger = ledger
+        self.publisher = publisher
+        self.keeper_id = new_id()[:12]
+        self.vectors = VectorCache(conn.redis, conn.keys, embedder)
+        self.memory: ExampleMemory = ledger.memory
+        self._registered: dict[str, Any] = {}
+        self._dirty_agents: set[str] = set()
+        #: agents whose memory must be read whole (joined, or counted feedback)
+        self._memory_dirty: set[str] = set()
+        self._wake = asyncio.Event()
+        #: set whenever the index took in a registry change
+        self.synced = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._channel: AbstractChannel | None = None
+        #: CPU-seconds of the fits so far, and texts learned from this router / others
+        self.fit_cpu_s = 0.0
+        self.fits = 0
+        self.learned_here = 0
+        self.learned_elsewhere = 0
+
+    # --- life cycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.snapshot.on_change(self._on_agent_change)
+        for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
+            await self._sync_agent(agent_id)
+        await self._load_memories()
+        await self._refit()
+        self._channel = await self.conn.channel(confirms=False, prefetch=1_000)
+        queue = await self._channel.declare_queue(
+            self.conn.topology.selector_queue(self.keeper_id), exclusive=True, auto_delete=True
+        )
+        for pattern in LEARNING_EVENTS:
+            await queue.bind(self.conn.topology.events, routing_key=pattern)
+        await queue.consume(self._on_event, no_ack=True)
+        self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
+
+    async def close(self) -> None:
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        channel, self._channel = self._channel, None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
+        with contextlib.suppress(Exception):
+            await self._flush()  # what was queued still reaches Redis
+
+    # --- reads for the selector ------------------------------------------------------------
+    def is_live(self, agent_id: str) -> bool:
+        state = self.snapshot.agent(agent_id)
+        return state is not None and state.is_live(now_ms())
+
+    def count_dispatch(self, agent_id: str) -> None:
+        """One more task in flight until the next heartbeat says otherwise (no herding)."""
+        if agent_id in self.index:
+            stats = self.index.stats(agent_id)
+            self.index.set_stats(agent_id, replace(stats, load=stats.load + 1, idle_s=0.0))
+
+    # --- registry changes ------------------------------------------------------------------
+    def _on_agent_change(self, agent_id: str) -> None:
+        self._dirty_agents.add(agent_id)
+        self._wake.set()
+
+    async def _sync_agent(self, agent_id: str) -> None:
+        state = self.snapshot.agent(agent_id)
+        now = now_ms()
+        if state is None or state.registration is None or not state.is_live(now):
+            if agent_id in self.index:
+                # keep the row (vectors are costly) but stop routing to it
+                self.index.set_stats(agent_id, AgentStats(status="down"))
+            return
+        reg = state.registration
+        signature = (reg.capability_text, tuple(reg.examples), tuple(sorted(reg.tags.items())),
+                     tuple(reg.keywords))
+        if self._registered.get(agent_id) != signature or agent_id not in self.index:
+            vectors = await self.vectors.embed([reg.capability_text, *reg.examples])
+            self.index.add(
+                agent_id, vectors[0], vectors[1:], tags=reg.tags, keywords=reg.keywords,
+                stats=self.stats_of(state, now), texts=[reg.capability_text, *reg.examples],
+            )
+            self._registered[agent_id] = signature
+            self._memory_dirty.add(agent_id)
+        else:
+            self.index.set_stats(agent_id, self.stats_of(state, now))
+
+    def stats_of(self, state: AgentState, now: int) -> AgentStats:
+        load = state.load(now)
+        reg = state.registration
+        return AgentStats(
+            load=load,
+            max_concurrency=max(state.capacity(now), 1),
+            success_rate=self.ledger.success_rate(state.agent_id),
+            idle_s=1e9 if load == 0 else 0.0,
+            status="up" if state.is_live(now) else "down",
+            # a registration's priority_bonus in [-1, 1] is worth up to 0.2 of the total
+            # (seed 003: 0.8 similarity + 0.2 bonus), i.e. 10 levels of 0.02
+            priority=round((reg.priority_bonus if reg else 0.0) * 10),
+            completed=self.ledger.completed(state.agent_id),
+        )
+
+    def _refresh_stats(self) -> None:
+        """Loads arrive with lease renewals, which fire no hook: re-read them periodically."""
+        now = now_ms()
+        for agent_id in self.index.ids:
+            state = self.snapshot.agent(agent_id)
+            if state is not None:
+                self.index.set_stats(agent_id, self.stats_of(state, now))
+
+    # --- the background loop ---------------------------------------------------------------
+    async def _maintain(self) -> None:
+        """Apply registry changes, write queued records, learn, refresh loads, refit."""
+        last_stats = time.monotonic()
+        next_fit = time.monotonic() + self.settings.refit_interval_s
+        while True:
+            raise_if_cancelling()
+            wait = FLUSH_INTERVAL_S if self.ledger.pending else STATS_REFRESH_S
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                changed, self._dirty_agents = self._dirty_agents, set()
+                for agent_id in changed:
+                    await self._sync_agent(agent_id)
+                if changed:
+                    self.synced.set()
+                await self._flush()
+                if self._memory_dirty:
+                    await self._load_memories()
+                if time.monotonic() - last_stats >= STATS_REFRESH_S:
+                    self._refresh_stats()
+                    last_stats = time.monotonic()
+                if self.index.dirty and (time.monotonic() >= next_fit or len(self.index) <= 2):
+                    started = time.monotonic()
+                    cpu_s = await self._refit()
+                    # start-to-start spacing of cpu / share keeps fits within the share
+                    next_fit = started + max(
+                        self.settings.refit_interval_s, cpu_s / self.settings.refit_cpu_share
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.error("index upkeep failed; retrying next round", exc_info=True)
+
+    async def _refit(self) -> float:
+        """Fit the head in a worker thread and install it; returns the fit's CPU-seconds."""
+
+        def fit() -> tuple[Any, float]:
+            started = time.thread_time()
+            result = self.index.fit_directions()
+            return result, time.thread_time() - started
+
+        result, cpu_s = await asyncio.to_thread(fit)
+        self.index.apply_fit(result)
+        self.fits += 1
+        self.fit_cpu_s += cpu_s
+        logger.debug("refit %d agents in %.2f CPU-s", len(self.index), cpu_s)
+        return cpu_s
+
+    # --- memories --------------------------------------------------------------------------
+    async def _load_memories(self) -> None:
+        agents, self._memory_dirty = self._memory_dirty, set()
+        for agent_id in agents:
+            if agent_id not in self.index:
+                continue
+            memory = await self.memory.load(agent_id)
+            self.ledger.merge(agent_id, memory)
+            vectors = await self.vectors.embed(list(memory.texts))
+            self.index.set_memory(
+                agent_id, vectors, seen=memory.seen, bad=memory.bad, texts=list(memory.texts),
+                slots=list(memory.slots),
+            )
+            state = self.snapshot.agent(agent_id)
+            if state is not None:
+                self.index.set_stats(agent_id, self.stats_of(state, now_ms()))
+
+    async def _flush(self) -> None:
+        """Write queued records; apply and announce the texts that took a slot."""
+        if not self.ledger.pending:
+            return
+        learned = await self.ledger.flush()
+        if not learned:
+            return
+        # the query texts were embedded when they were routed: the LRU has them
+        vectors = await asyncio.to_thread(self.embedder.embed, [item.text for item in learned])
+        for item, vec in zip(learned, vectors, strict=True):
+            if self.index.learn_at(item.agent_id, item.slot, vec, item.text):
+                self.learned_here += 1
+            await self.publisher.emit(self._learned_event(item, vec))
+
+    def _learned_event(self, item: Learned, vec: np.ndarray[Any, Any]) -> Event:
+        return Event(
+            type=LEARNED_EVENT,
+            agent_id=item.agent_id,
+            data={
+                "slot": item.slot,
+                "text": item.text,
+                "model": self.embedder.model_id,
+                "vector": base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode(),
+                "from": self.keeper_id,
+            },
+        )
+
+    # --- events ----------------------------------------------------------------------------
+    async def _on_event(self, message: AbstractIncomingMessage) -> None:
+        try:
+            event = decode(Event, message.body)
+        except InvalidEnvelope:
+            return
+        try:
+            self.take(event)
+        except Exception:
+            logger.error("learning from %s failed", event.type, exc_info=True)
+
+    def take(self, event: Event) -> None:
+        """Apply one learning event (outcome, feedback, a text another router learned)."""
+        if event.type == LEARNED_EVENT:
+            self._apply_learned(event)
+            return
+        if event.type == "route.feedback":
+            if event.agent_id is not None and event.data.get("counted", True):
+                self._memory_dirty.add(event.agent_id)
+                self._wake.set()
+            return
+        agent_id = self.ledger.observe(event)
+        if agent_id is None:
+            return
+        if self.ledger.pending:
+            self._wake.set()
+        state = self.snapshot.agent(agent_id)
+        if state is not None and agent_id in self.index:
+            self.index.set_stats(agent_id, self.stats_of(state, now_ms()))
+
+    def _apply_learned(self, event: Event) -> None:
+        data = event.data
+        if data.get("from") == self.keeper_id or event.agent_id is None:
+            return
+        if data.get("model") != self.embedder.model_id:
+            self._memory_dirty.add(event.agent_id)  # another model: read and embed it whole
+            self._wake.set()
+            return
+        vec = np.frombuffer(base64.b64decode(data["vector"]), "<f4").astype(np.float32)
+        if vec.shape != (self.embedder.dim,):
+            return
+        if self.index.learn_at(event.agent_id, int(data["slot"]), vec, str(data["text"])):
+            self.learned_elsewhere += 1
+
+    async def wait_routable(
+        self, agent_ids: Sequence[str], timeout: float, routable: Callable[[str], bool]
+    ) -> None:
+        """Return once `routable(a)` holds for every agent of `agent_ids`."""
+        async with asyncio.timeout(timeout):
+            while not all(routable(a) for a in agent_ids):
+                self.synced.clear()
+                await self.synced.wait()
