@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 #: seconds between reconnect attempts once running (aio-pika's default is 5)
 RECONNECT_INTERVAL_S = 1
 
+#: Redis connections one process opens at most (commands then wait for one)
+REDIS_MAX_CONNECTIONS = 256
+
 START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDIS_URL)"
 
 Redis = redis_asyncio.Redis
@@ -74,11 +77,16 @@ class MeshConnection:
         except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
             logger.debug("AMQP connect failed: %r", exc)
             raise ServiceUnavailable("RabbitMQ", s.amqp_url_masked, START_HINT) from None
-        client = redis_asyncio.from_url(
+        # a blocking pool: past `REDIS_MAX_CONNECTIONS` a command waits for a free
+        # connection instead of failing (a process hosting hundreds of agents bursts)
+        pool = redis_asyncio.BlockingConnectionPool.from_url(
             s.redis_url.get_secret_value(),
+            max_connections=REDIS_MAX_CONNECTIONS,
+            timeout=s.connect_timeout_s * 4,
             socket_connect_timeout=s.connect_timeout_s,
             health_check_interval=10,
         )
+        client = redis_asyncio.Redis.from_pool(pool)  # closes the pool with the client
         try:
             await client.ping()
         except (OSError, RedisError) as exc:

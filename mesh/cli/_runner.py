@@ -7,16 +7,24 @@ import contextlib
 import importlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
+from mesh.worker.agent import Agent
 
 logger = logging.getLogger(__name__)
 
 Starter = Callable[[MeshConnection], Awaitable[Callable[[], Awaitable[None]]]]
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+#: what `mesh worker` error messages suggest
+SPEC_EXAMPLE = "e.g. agents.support:refunds or agents.support:*"
 
 
 async def serve(settings: Settings, name: str, starter: Starter) -> int:
@@ -40,16 +48,98 @@ async def serve(settings: Settings, name: str, starter: Starter) -> int:
     return 0
 
 
-def load_object(spec: str) -> Any:
-    """Import ``module:attribute`` (as in ``mesh worker agents.support:refund``)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"expected MODULE:ATTRIBUTE, got {spec!r} (e.g. agents.support:refund)")
+def loop_factory() -> LoopFactory | None:
+    """uvloop's loop factory when uvloop is installed, else None (the stdlib loop)."""
     try:
-        module = importlib.import_module(module_name)
+        uvloop = importlib.import_module("uvloop")
+    except ImportError:
+        logger.debug("event loop: asyncio (uvloop is not installed)")
+        return None
+    logger.debug("event loop: uvloop %s", getattr(uvloop, "__version__", "?"))
+    factory: LoopFactory = uvloop.new_event_loop
+    return factory
+
+
+def run_serve(settings: Settings, name: str, starter: Starter) -> int:
+    """`serve` on a fresh event loop: uvloop when importable, otherwise asyncio's."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(serve(settings, name, starter))
+
+
+def put_on_path(app_dir: str | None) -> None:
+    """Put `app_dir` (default: the current directory) first on sys.path, as uvicorn does."""
+    folder = str(Path(app_dir).resolve()) if app_dir else str(Path.cwd())
+    if app_dir and not Path(folder).is_dir():
+        raise ConfigError(f"--app-dir {app_dir!r} is not a directory")
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
+
+
+def _import(module_name: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+
+
+def load_object(spec: str) -> Any:
+    """Import ``module:attribute`` (as in ``mesh worker agents.support:refunds``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"expected MODULE:ATTRIBUTE, got {spec!r} ({SPEC_EXAMPLE})")
+    module = _import(module_name)
     try:
         return getattr(module, attr)
     except AttributeError:
         raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _agents_in(value: Any, spec: str) -> list[Agent]:
+    """`value` as a list of Agents: one Agent, or an iterable holding only Agents."""
+    if isinstance(value, Agent):
+        return [value]
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigError(f"{spec} is a {type(value).__name__}, not a mesh.Agent or a list of them")
+    found = list(value)
+    strangers = sorted({type(v).__name__ for v in found if not isinstance(v, Agent)})
+    if strangers:
+        raise ConfigError(f"{spec} holds {', '.join(strangers)} items, not only mesh.Agent")
+    if not found:
+        raise ConfigError(f"{spec} is empty: no mesh.Agent to run")
+    return found
+
+
+def _module_agents(module_name: str) -> list[Agent]:
+    """Every Agent at module level of `module_name`, and every Agent in its lists/tuples."""
+    module = _import(module_name)
+    found: list[Agent] = []
+    for value in vars(module).values():
+        if isinstance(value, Agent):
+            found.append(value)
+        elif isinstance(value, list | tuple):
+            found += [v for v in value if isinstance(v, Agent)]
+    if not found:
+        raise ConfigError(f"module {module_name!r} defines no mesh.Agent at module level")
+    return found
+
+
+def load_agents(specs: Iterable[str]) -> list[Agent]:
+    """The agents named by ``module:attribute`` / ``module:*`` specs, each once, in order."""
+    agents: list[Agent] = []
+    seen: set[int] = set()
+    for spec in specs:
+        module_name, _, attr = spec.partition(":")
+        if module_name and attr == "*":
+            found = _module_agents(module_name)
+        else:
+            found = _agents_in(load_object(spec), spec)
+        for agent in found:
+            if id(agent) not in seen:
+                seen.add(id(agent))
+                agents.append(agent)
+    counts = Counter(a.agent_id for a in agents)
+    twice = sorted(i for i, n in counts.items() if n > 1)
+    if twice:
+        raise ConfigError(f"agent id(s) {', '.join(twice)} named by more than one Agent")
+    return agents

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mesh.cli._runner import serve
+from mesh.cli._runner import run_serve
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 
@@ -26,4 +25,4 @@ def _registry(args: argparse.Namespace, settings: Settings) -> int:
     async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:
         return await start_registry(conn)
 
-    return asyncio.run(serve(settings, "mesh-registry", starter))
+    return run_serve(settings, "mesh-registry", starter)

@@ -1,25 +1,49 @@
-"""`mesh router`, `mesh worker MODULE:AGENT`: the long-lived processes of the mesh."""
+"""`mesh router`, `mesh worker SPEC [SPEC ...]`: the long-lived processes of the mesh."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import Awaitable, Callable
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from mesh.cli._runner import load_object, serve
+from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.errors import ConfigError
 from mesh.worker.agent import Agent
 
+logger = logging.getLogger(__name__)
+
+Stop = Callable[[], Awaitable[None]]
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("router", help="run a router (competing consumer of the ingress queue)")
     p.set_defaults(func=_router)
-    p = sub.add_parser("worker", help="run an agent as a queue worker: mesh worker MODULE:AGENT")
-    p.add_argument("agent", help="MODULE:ATTRIBUTE naming a mesh.Agent, e.g. agents.support:refund")
-    p.add_argument("--instance-id", default=None, help="default: <agent_id>-<random>")
+    p = sub.add_parser(
+        "worker",
+        help="run agents as queue workers in one process: mesh worker MODULE:AGENT [...]",
+    )
+    p.add_argument(
+        "agents",
+        nargs="+",
+        metavar="SPEC",
+        help=(
+            "MODULE:ATTRIBUTE naming a mesh.Agent or a list of them, or MODULE:* for every "
+            f"Agent of the module ({SPEC_EXAMPLE})"
+        ),
+    )
+    p.add_argument(
+        "--app-dir", default=None, help="directory put first on sys.path (default: the cwd)"
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=None, help="max_concurrency of every hosted agent"
+    )
+    p.add_argument(
+        "--instance-id", default=None, help="default: <agent_id>-<random>; one agent only"
+    )
     p.add_argument("--grace-s", type=float, default=30.0, help="drain time on shutdown")
     p.set_defaults(func=_worker)
 
@@ -27,19 +51,67 @@ def register(sub: Any) -> None:
 def _router(args: argparse.Namespace, settings: Settings) -> int:
     from mesh.services import start_router
 
-    async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:
+    async def starter(conn: MeshConnection) -> Stop:
         return await start_router(conn)
 
-    return asyncio.run(serve(settings, "mesh-router", starter))
+    return run_serve(settings, "mesh-router", starter)
+
+
+def worker_agents(
+    specs: Sequence[str],
+    *,
+    app_dir: str | None = None,
+    concurrency: int | None = None,
+    instance_id: str | None = None,
+) -> list[Agent]:
+    """The agents `mesh worker` hosts, with the command line's overrides applied."""
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
+    put_on_path(app_dir)
+    agents = load_agents(specs)
+    if instance_id is not None and len(agents) != 1:
+        raise ConfigError(
+            f"--instance-id needs exactly one agent, but {' '.join(specs)} names {len(agents)}"
+        )
+    if concurrency is not None:
+        agents = [dataclasses.replace(a, max_concurrency=concurrency) for a in agents]
+    return agents
+
+
+async def start_workers(
+    conn: MeshConnection, agents: Sequence[Agent], instance_id: str | None, grace_s: float
+) -> Stop:
+    """One worker runtime per agent on `conn`; the stop drains them in reverse order."""
+    from mesh.services import start_worker
+
+    stops: list[Stop] = []
+
+    async def stop_all() -> None:
+        for stop in reversed(stops):
+            await stop()
+
+    try:
+        for agent in agents:
+            stops.append(await start_worker(conn, agent, instance_id=instance_id, grace_s=grace_s))
+    except BaseException:
+        await stop_all()
+        raise
+    logger.info("hosting %d agent(s)", len(stops))
+    return stop_all
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
-    agent = load_object(args.agent)
-    if not isinstance(agent, Agent):
-        raise ConfigError(f"{args.agent} is a {type(agent).__name__}, not a mesh.Agent")
-    from mesh.services import start_worker
+    agents = worker_agents(
+        args.agents,
+        app_dir=args.app_dir,
+        concurrency=args.concurrency,
+        instance_id=args.instance_id,
+    )
 
-    async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:
-        return await start_worker(conn, agent, instance_id=args.instance_id, grace_s=args.grace_s)
+    async def starter(conn: MeshConnection) -> Stop:
+        return await start_workers(conn, agents, args.instance_id, args.grace_s)
 
-    return asyncio.run(serve(settings, f"mesh-worker-{agent.agent_id}", starter))
+    name = f"mesh-worker-{agents[0].agent_id}"
+    if len(agents) > 1:
+        name += f"+{len(agents) - 1}"
+    return run_serve(settings, name, starter)

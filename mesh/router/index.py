@@ -135,7 +135,7 @@ class CapabilityIndex:
         self._rows: dict[str, int] = {}
         cap = 16
         self._centroids = np.zeros((cap, dim), np.float32)
-        #: unit centroids in the raw embedding space (no centering): the `match` gate
+        #: unit centroids in the raw embedding space (no centering): the `similarity` gate
         self._raw = np.zeros((cap, dim), np.float32)
         #: per row: the agent's own request texts as unit vectors (examples, learned)
         self._raw_texts: list[F32 | None] = [None] * cap
@@ -193,18 +193,21 @@ class CapabilityIndex:
         out: F32 = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(np.float32, copy=False)
         return out
 
-    def similarity(self, query: F32, text: str = "") -> F32:
+    def rank(self, query: F32, text: str = "") -> F32:
         """The ranking score of every row (see `scores`)."""
         return self.scores(query, text)[0]
 
     def scores(self, query: F32, text: str = "") -> tuple[F32, F32]:
-        """Per row: the ranking score and the absolute `match` that thresholds apply to.
+        """Per row: the ranking score and the absolute `similarity` thresholds apply to.
 
-        Ranking: `_similarity` (centred, discriminative, lexical). It tells agents apart,
+        The two names mean the same here as in `mesh.router.scoring`: *rank* orders agents,
+        *similarity* is what the threshold gates.
+
+        Rank: `_rank` (centred, discriminative, lexical). It tells agents apart,
         but its scale depends on who else is registered: with three agents the genre means
         and the head remove most of what a query shares with the right agent.
 
-        Match: the mean of two raw (uncentred) cosines, to the agent's centroid and to its
+        Similarity: the mean of two raw (uncentred) cosines, to the agent's centroid and to its
         closest own text (a query that paraphrases one registered example should pass even
         when the agent's other texts pull its centroid away). It depends on the agent's own
         texts only, so a threshold calibrated on one mesh holds on another of any size.
@@ -212,14 +215,14 @@ class CapabilityIndex:
         be chosen); the closest-text cosine for the `LEXICAL_ROWS` best (the others use
         their centroid cosine for both halves).
         """
-        sim, rows, best = self._similarity(query, text)
+        rank, rows, best = self._rank(query, text)
         n = len(self)
-        match = np.full(n, -1.0, np.float32)
+        similarity = np.full(n, -1.0, np.float32)
         if n == 0:
-            return sim, match
+            return rank, similarity
         if rows is None:
             rows = (
-                np.argpartition(-sim, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
+                np.argpartition(-rank, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
                 if n > CANDIDATE_ROWS
                 else np.arange(n)
             )
@@ -227,7 +230,7 @@ class CapabilityIndex:
         raw = self._raw[rows] @ q
         if best is None:
             best = (
-                np.argpartition(-sim[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
+                np.argpartition(-rank[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
                 if len(rows) > LEXICAL_ROWS
                 else np.arange(len(rows))
             )
@@ -236,10 +239,10 @@ class CapabilityIndex:
             texts = self._raw_texts[int(rows[i])]
             if texts is not None and len(texts):
                 closest[i] = float((texts @ q).max())
-        match[rows] = (raw + closest) * np.float32(0.5)
-        return sim, match
+        similarity[rows] = (raw + closest) * np.float32(0.5)
+        return rank, similarity
 
-    def _similarity(
+    def _rank(
         self, query: F32, text: str
     ) -> tuple[F32, NDArray[np.intp] | None, NDArray[np.intp] | None]:
         """Per row: ``(1 - lw) * dense + lw * coverage`` (module docstring).
@@ -581,11 +584,12 @@ class CapabilityIndex:
         self.rows_refreshed += 1
         entry = self._entries[row]
         cfg = self.fit_config
+        requests = entry.requests()
         cap = unit(entry.capability - self._capability_mean)
-        req = unit(entry.requests() - self._request_mean).sum(axis=0)
+        req = unit(requests - self._request_mean).sum(axis=0)
         centroid = unit(req + np.float32(cfg.capability_weight) * cap)
         self._centroids[row] = centroid
-        unit_requests = unit(entry.requests())
+        unit_requests = unit(requests)
         self._raw_texts[row] = unit_requests
         raw_requests = unit_requests.sum(axis=0)
         self._raw[row] = unit(

@@ -92,9 +92,9 @@ def test_refit_separates_overlapping_agents() -> None:
     index.add("b", unit(0, 2), np.stack([unit(0, 2, noise=0.05, seed=s) for s in range(4)]))
     index.add("c", unit(3), np.stack([unit(3, noise=0.05, seed=s) for s in range(4)]))
     q = unit(0, 1, noise=0.05, seed=9)
-    before = index.similarity(q)
+    before = index.rank(q)
     assert index.refit() and not index.dirty and index.fitted
-    after = index.similarity(q)
+    after = index.rank(q)
     assert int(np.argmax(after)) == 0
     # the similarity never exceeds the centroid cosine: the threshold stays a cosine cut
     cos = index.prototypes @ index.center_query(q)
@@ -116,7 +116,7 @@ def test_fit_in_two_steps_keeps_learners_and_abstains_on_new_registrations() -> 
     assert fitted == {"a0": True, "a1": True, "a2": False, "a3": False}
     # the head has no opinion on an agent it has not seen: it gets the leader's term
     q = unit(7, noise=0.05, seed=3)
-    head_term = index.similarity(q) - index.prototypes @ index.center_query(q)
+    head_term = index.rank(q) - index.prototypes @ index.center_query(q)
     known = [index.row(a) for a in ("a0", "a1")]
     assert np.all(head_term <= 1e-6)
     assert head_term[index.row("a2")] == pytest.approx(head_term[known].max(), abs=1e-6)
@@ -129,13 +129,13 @@ def test_set_memory_replaces_the_reservoir() -> None:
     add(index, "a", 0)
     add(index, "b", 5)
     index.refit()
-    before = float(index.similarity(unit(3))[0])
+    before = float(index.rank(unit(3))[0])
     vectors = np.stack([unit(3, noise=0.1, seed=s) for s in range(5)])
     index.set_memory("a", vectors, seen=12, bad=2)
     entry = index.entry("a")
     assert len(entry.learned) == 3 and entry.learned_seen == 12 and entry.bad == 2
     np.testing.assert_array_equal(entry.learned[2], vectors[-1])
-    assert index.dirty and float(index.similarity(unit(3))[0]) > before
+    assert index.dirty and float(index.rank(unit(3))[0]) > before
     index.set_memory("ghost", vectors, seen=1, bad=0)  # unknown agent: ignored
 
 
@@ -155,12 +155,12 @@ def test_lexical_channel_scale_and_wiring() -> None:
     add(index, "b", 1)
     q = unit(0, 1)
     # no texts: the channel is off and the similarity is the dense part
-    np.testing.assert_array_equal(index.similarity(q, "freeze my card"), index.similarity(q))
+    np.testing.assert_array_equal(index.rank(q, "freeze my card"), index.rank(q))
     add(index, "a", 0, texts=["Handles card requests.", "freeze my card"])
     add(index, "b", 1, texts=["Handles currency requests.", "convert my dollars"])
     index.refit()
-    no_text = index.similarity(q)
-    fused = index.similarity(q, "please freeze my card")
+    no_text = index.rank(q)
+    fused = index.rank(q, "please freeze my card")
     assert int(np.argmax(fused)) == 0 and np.all(fused <= 1.0 + 1e-6)
     # without a query text the coverage is 0; "freeze" and "card" are a's words only
     assert np.all(fused >= no_text) and fused[0] - no_text[0] > fused[1] - no_text[1]
@@ -168,7 +168,7 @@ def test_lexical_channel_scale_and_wiring() -> None:
     for agent_id, axis in (("a", 0), ("b", 1)):
         add(off, agent_id, axis, texts=["anything"])
     off.refit()
-    np.testing.assert_allclose(no_text, 0.6 * off.similarity(q, "x"), atol=1e-5)
+    np.testing.assert_allclose(no_text, 0.6 * off.rank(q, "x"), atol=1e-5)
     # learned texts enter and, once replaced in the bounded reservoir, leave
     for s in range(12):
         index.learn("b", unit(1, noise=0.1, seed=s), good=True, text=f"wire transfer {s}")
