@@ -121,6 +121,13 @@ def embed_registration(
     return out[0], out[1:]
 
 
+def _unit1(vec: F32) -> F32:
+    """One vector scaled to unit length (`unit` for a single row, without its overhead)."""
+    norm = float(np.sqrt(np.dot(vec, vec)))
+    out: F32 = (vec / max(norm, 1e-12)).astype(np.float32, copy=False)
+    return out
+
+
 class CapabilityIndex:
     """Stacked per-agent vectors and stats; rows are added, replaced and removed in O(dim)."""
 
@@ -137,6 +144,10 @@ class CapabilityIndex:
         self._centroids = np.zeros((cap, dim), np.float32)
         #: unit centroids in the raw embedding space (no centering): the `similarity` gate
         self._raw = np.zeros((cap, dim), np.float32)
+        #: per row: the sums of the agent's request vectors, centred (`_centroids`) and raw
+        #: (`_raw`), kept so one learned text updates a row in O(dim)
+        self._centred_sum = np.zeros((cap, dim), np.float32)
+        self._raw_sum = np.zeros((cap, dim), np.float32)
         #: per row: the agent's own request texts as unit vectors (examples, learned)
         self._raw_texts: list[F32 | None] = [None] * cap
         self._head = HeadTable(cap, self.fit_config.members, self.fit_config.hidden)
@@ -471,12 +482,17 @@ class CapabilityIndex:
         if text is not None:
             self._lex_add(lex_slot, text)
         learned = dict(entry.learned)  # a new dict: a running fit keeps the old one
-        learned[slot] = np.asarray(vec, np.float32).reshape(self.dim)
+        new = np.asarray(vec, np.float32).reshape(self.dim)
+        replaced = learned.get(slot)
+        learned[slot] = new
         entry.learned = learned
         entry.learned_texts = {**entry.learned_texts, slot: text}
         if seen is not None:
             entry.learned_seen = max(int(seen), len(learned))
-        self._changed(row)
+        self._version += 1
+        entry.version = self._version
+        self._update_row(row, slot, replaced, new)
+        self.dirty = True
         return True
 
     def set_memory(
@@ -581,25 +597,53 @@ class CapabilityIndex:
         self.dirty = True
 
     def _refresh_row(self, row: int) -> None:
+        """Recompute row `row` from all of its agent's texts."""
         self.rows_refreshed += 1
         entry = self._entries[row]
-        cfg = self.fit_config
         requests = entry.requests()
-        cap = unit(entry.capability - self._capability_mean)
-        req = unit(requests - self._request_mean).sum(axis=0)
-        centroid = unit(req + np.float32(cfg.capability_weight) * cap)
-        self._centroids[row] = centroid
+        self._centred_sum[row] = unit(requests - self._request_mean).sum(axis=0)
         unit_requests = unit(requests)
         self._raw_texts[row] = unit_requests
-        raw_requests = unit_requests.sum(axis=0)
-        self._raw[row] = unit(
-            raw_requests + np.float32(cfg.capability_weight) * unit(entry.capability)
-        )
+        self._raw_sum[row] = unit_requests.sum(axis=0)
+        self._set_prototypes(row, entry)
+
+    def _update_row(self, row: int, slot: int, old: F32 | None, new: F32) -> None:
+        """Row `row` after learned `slot` went from `old` (None: empty) to `new`: O(dim).
+
+        The sums take the difference; the matrix of the agent's own texts (closest-text
+        cosine) gets the one row, in a copy (a running query may hold the old one).
+        """
+        self.rows_refreshed += 1
+        entry = self._entries[row]
+        mean = self._request_mean
+        new_unit = _unit1(new)
+        self._centred_sum[row] += _unit1(new - mean)
+        self._raw_sum[row] += new_unit
+        if old is not None:
+            self._centred_sum[row] -= _unit1(old - mean)
+            self._raw_sum[row] -= _unit1(old)
+        texts = self._raw_texts[row]
+        position = len(entry.examples) + list(entry.learned).index(slot)
+        if texts is not None and old is not None and position < len(texts):
+            texts = texts.copy()
+            texts[position] = new_unit
+        elif texts is not None and old is None and position == len(texts):
+            texts = np.concatenate([texts, new_unit[None, :]])
+        else:
+            texts = unit(entry.requests())
+        self._raw_texts[row] = texts
+        self._set_prototypes(row, entry)
+
+    def _set_prototypes(self, row: int, entry: AgentEntry) -> None:
+        weight = np.float32(self.fit_config.capability_weight)
+        cap = _unit1(entry.capability - self._capability_mean)
+        self._centroids[row] = _unit1(self._centred_sum[row] + weight * cap)
+        self._raw[row] = _unit1(self._raw_sum[row] + weight * _unit1(entry.capability))
 
     # --- storage -------------------------------------------------------------------------
     #: per-row arrays of the index itself (the stats and head tables have their own),
     #: grown and moved together
-    _ARRAYS = ("_centroids", "_raw", "_lex_slots")
+    _ARRAYS = ("_centroids", "_raw", "_centred_sum", "_raw_sum", "_lex_slots")
 
     def _grow(self, need: int) -> None:
         cap = self._centroids.shape[0]

@@ -254,18 +254,24 @@ class IndexKeeper:
         for item, vec in zip(learned, vectors, strict=True):
             if self.index.learn_at(item.agent_id, item.slot, vec, item.text):
                 self.learned_here += 1
-            await self.publisher.emit(self._learned_event(item, vec))
+        await self.publisher.emit(self._learned_event(learned, vectors))
 
-    def _learned_event(self, item: Learned, vec: np.ndarray[Any, Any]) -> Event:
+    def _learned_event(self, learned: list[Learned], vectors: np.ndarray[Any, Any]) -> Event:
+        """One ``route.learned`` event for every text of a flush (slot, text, vector)."""
         return Event(
             type=LEARNED_EVENT,
-            agent_id=item.agent_id,
             data={
-                "slot": item.slot,
-                "text": item.text,
                 "model": self.embedder.model_id,
-                "vector": base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode(),
                 "from": self.keeper_id,
+                "items": [
+                    {
+                        "agent_id": item.agent_id,
+                        "slot": item.slot,
+                        "text": item.text,
+                        "vector": base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode(),
+                    }
+                    for item, vec in zip(learned, vectors, strict=True)
+                ],
             },
         )
 
@@ -301,17 +307,19 @@ class IndexKeeper:
 
     def _apply_learned(self, event: Event) -> None:
         data = event.data
-        if data.get("from") == self.keeper_id or event.agent_id is None:
+        if data.get("from") == self.keeper_id:
             return
-        if data.get("model") != self.embedder.model_id:
-            self._memory_dirty.add(event.agent_id)  # another model: read and embed it whole
-            self._wake.set()
-            return
-        vec = np.frombuffer(base64.b64decode(data["vector"]), "<f4").astype(np.float32)
-        if vec.shape != (self.embedder.dim,):
-            return
-        if self.index.learn_at(event.agent_id, int(data["slot"]), vec, str(data["text"])):
-            self.learned_elsewhere += 1
+        for item in data.get("items", ()):
+            agent_id = str(item["agent_id"])
+            if data.get("model") != self.embedder.model_id:
+                self._memory_dirty.add(agent_id)  # another model: read and embed it whole
+                self._wake.set()
+                continue
+            vec = np.frombuffer(base64.b64decode(item["vector"]), "<f4").astype(np.float32)
+            if vec.shape != (self.embedder.dim,):
+                continue
+            if self.index.learn_at(agent_id, int(item["slot"]), vec, str(item["text"])):
+                self.learned_elsewhere += 1
 
     async def wait_routable(
         self, agent_ids: Sequence[str], timeout: float, routable: Callable[[str], bool]

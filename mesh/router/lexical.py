@@ -19,6 +19,7 @@ candidate agents it is given, so its cost never grows with the number of agents.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -38,8 +39,10 @@ _CJK = re.compile(r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
 GRAM = 4
 
 
-def grams(text: str) -> set[str]:
-    """The distinct grams of `text` (see the module docstring)."""
+@functools.lru_cache(maxsize=65_536)
+def grams(text: str) -> frozenset[str]:
+    """The distinct grams of `text` (see the module docstring); cached: a routed text is
+    cut once for its query and again when it is learned."""
     out: set[str] = set()
     for word in _WORD.findall(unicodedata.normalize("NFKC", text).lower()):
         for part in _split_cjk(word):
@@ -50,7 +53,7 @@ def grams(text: str) -> set[str]:
                 continue
             padded = f"<{part}>"
             out.update(padded[i : i + GRAM] for i in range(max(len(padded) - GRAM + 1, 1)))
-    return out
+    return frozenset(out)
 
 
 def _split_cjk(word: str) -> list[str]:

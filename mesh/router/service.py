@@ -17,6 +17,7 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from aiormq.exceptions import PublishError
 
+from mesh.acks import AckBatcher
 from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.reaper import Reaper
@@ -154,6 +155,7 @@ class RouterService:
         self.duplicates = 0
         self.reaper = Reaper(self.store, self.publisher, conn.settings.lease_ttl_s)
         self._reaper_task: asyncio.Task[None] | None = None
+        self._acks = AckBatcher()
 
     async def start(self) -> None:
         await self.publisher.start()
@@ -177,6 +179,7 @@ class RouterService:
                 await queue.cancel(self._consumer_tag)
             except (aio_pika.exceptions.AMQPError, RuntimeError):
                 logger.debug("consumer cancel failed while closing", exc_info=True)
+            await self._acks.drain()
             if not queue.channel.is_closed:
                 await queue.channel.close()
         await self.publisher.close()
@@ -184,6 +187,7 @@ class RouterService:
     # --- per message -----------------------------------------------------------------------
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         received = time.perf_counter()
+        self._acks.received(message)
         try:
             await self.handle(
                 message.body,
@@ -193,12 +197,14 @@ class RouterService:
                 received=received,
             )
         except asyncio.CancelledError:
+            self._acks.settled(message)
             await _settle_quietly(message.nack(requeue=True))
             raise
         except TRANSIENT_ERRORS:
             # the broker or Redis went away: the message comes back (redelivered) once the
             # connection is restored; the task records make the second pass safe
             logger.warning("transient failure; message requeued", exc_info=True)
+            self._acks.settled(message)
             await _settle_quietly(message.nack(requeue=True))
             return
         except Exception:
@@ -209,7 +215,7 @@ class RouterService:
             )
         else:
             self.handled += 1
-        await _settle_quietly(message.ack())
+        self._acks.ack(message)
 
     async def handle(
         self,

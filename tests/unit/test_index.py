@@ -211,3 +211,19 @@ def test_learning_one_text_touches_its_own_grams_and_one_row() -> None:
     assert lexical.postings_changed - postings == len(grams(text)) + len(grams(other))
     assert index.entry("a7").learned_texts == {1: other}
     assert not index.learn_at("ghost", 0, unit(1), "x") and not index.learn_at("a7", 3, unit(1), "x")
+
+
+def test_incremental_row_updates_match_a_full_recompute() -> None:
+    index = CapabilityIndex(DIM, memory_size=4)
+    add(index, "a", 0)
+    add(index, "b", 3)
+    index.refit()  # genre means are non-zero from here on
+    for s in range(11):
+        index.learn_at("a", s % 4, unit(s % 7, noise=0.3, seed=s), f"text {s}")
+    row = index.row("a")
+    centroid, raw = index.prototypes[row].copy(), index._raw[row].copy()
+    texts = index._raw_texts[row].copy()  # type: ignore[union-attr]
+    index._refresh_row(row)
+    np.testing.assert_allclose(index.prototypes[row], centroid, atol=1e-5)
+    np.testing.assert_allclose(index._raw[row], raw, atol=1e-5)
+    np.testing.assert_allclose(index._raw_texts[row], texts, atol=1e-6)  # type: ignore[arg-type]
