@@ -210,7 +210,8 @@ def test_learning_one_text_touches_its_own_grams_and_one_row() -> None:
     assert index.rows_refreshed - rows == 1
     assert lexical.postings_changed - postings == len(grams(text)) + len(grams(other))
     assert index.entry("a7").learned_texts == {1: other}
-    assert not index.learn_at("ghost", 0, unit(1), "x") and not index.learn_at("a7", 3, unit(1), "x")
+    assert not index.learn_at("ghost", 0, unit(1), "x")
+    assert not index.learn_at("a7", 3, unit(1), "x")  # outside the reservoir
 
 
 def test_incremental_row_updates_match_a_full_recompute() -> None:
