@@ -7,29 +7,39 @@ from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.errors import (
+    CalibrationDataError,
     ConfigError,
+    ContextNotFound,
     MeshError,
     NotStarted,
     RegistryError,
+    RegistryUnavailable,
     Reject,
     RequestTimeout,
     Retry,
     ServiceUnavailable,
     StaleFencingToken,
+    UnknownTask,
 )
 from mesh.topology import Topology
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
+from mesh.worker.middleware import TaskRun, WorkerMiddleware
+from mesh.worker.outcome import Outcome
 from mesh.worker.runtime import WorkerRuntime
 
 __all__ = [
     "Agent",
+    "CalibrationDataError",
     "ConfigError",
+    "ContextNotFound",
     "MeshClient",
     "MeshConnection",
     "MeshError",
     "NotStarted",
+    "Outcome",
     "RegistryError",
+    "RegistryUnavailable",
     "Reject",
     "RequestTimeout",
     "Retry",
@@ -37,7 +47,10 @@ __all__ = [
     "Settings",
     "StaleFencingToken",
     "TaskContext",
+    "TaskRun",
     "Topology",
+    "UnknownTask",
+    "WorkerMiddleware",
     "WorkerRuntime",
     "connect",
 ]

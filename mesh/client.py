@@ -22,9 +22,9 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RequestTimeout
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from mesh.retrying import PUBLISH_RETRY_S, quietly, with_retries
-from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
+from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, quietly, with_retries
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ REPLY_QUEUE_EXPIRES_MS = 600_000
 ANSWERED_MEMORY = 10_000
 
 
-class MeshClient:
+class MeshClient(Lifecycle):
     """Send tasks to the mesh: ``async with MeshClient(conn) as client: await client.request()``."""
 
     def __init__(self, conn: MeshConnection, *, client_id: str | None = None) -> None:
@@ -72,7 +72,7 @@ class MeshClient:
         # durable, not exclusive: Results published while the broker restarts (or before
         # this client has reconnected) wait in it; x-expires removes it once abandoned
         self._reply_queue = await self._channel.declare_queue(
-            f"{self.settings.namespace}.reply.{self.client_id}",
+            self.topology.reply_queue(self.client_id),
             durable=True,
             arguments={"x-expires": REPLY_QUEUE_EXPIRES_MS},
         )
@@ -190,7 +190,7 @@ class MeshClient:
         `good` adds the task's text to that agent's example memory; bad counts against it.
 
         Raises:
-            mesh.router.feedback.UnknownTask: no routing record (not routed semantically,
+            mesh.UnknownTask: no routing record (not routed semantically,
                 or older than 24 h).
         """
         from mesh.router.feedback import give_feedback
@@ -211,15 +211,9 @@ class MeshClient:
         self._waiters.clear()
         if channel is not None and not channel.is_closed:
             try:
-                await channel.queue_delete(f"{self.settings.namespace}.reply.{self.client_id}")
-            except OUTAGE_ERRORS:
+                await channel.queue_delete(self.topology.reply_queue(self.client_id))
+            except TRANSIENT_ERRORS:
                 logger.info("reply queue of client %s left to x-expires", self.client_id)
             if not channel.is_closed:
                 await channel.close()
         await self.publisher.close()
-
-    async def __aenter__(self) -> MeshClient:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()

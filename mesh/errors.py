@@ -61,3 +61,36 @@ class Reject(MeshError):
     def __init__(self, reason: str = "rejected") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class RegistryUnavailable(RegistryError, TimeoutError):
+    """No registry answered a registration in time; run one with `mesh registry`."""
+
+
+class ContextNotFound(MeshError, KeyError):
+    """A context_ref that names no stored context (expired after its TTL, or mistyped)."""
+
+
+class UnknownTask(MeshError, LookupError):
+    """No routing record for that task_id (never routed semantically, or older than 24 h)."""
+
+
+class CalibrationDataError(MeshError, ValueError):
+    """A calibration input file is missing or malformed; the message names file and line."""
+
+
+__all__ = [
+    "CalibrationDataError",
+    "ConfigError",
+    "ContextNotFound",
+    "MeshError",
+    "NotStarted",
+    "RegistryError",
+    "RegistryUnavailable",
+    "Reject",
+    "RequestTimeout",
+    "Retry",
+    "ServiceUnavailable",
+    "StaleFencingToken",
+    "UnknownTask",
+]

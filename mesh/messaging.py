@@ -16,7 +16,7 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, DeliveryMode
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
-from mesh.topology import REASON_HEADER, DeadReason, message_priority
+from mesh.topology import DETAILS_HEADER, REASON_HEADER, DeadReason, message_priority
 from schemas import Event, Result, TaskEnvelope, encode
 from schemas.codec import dumps
 
@@ -123,7 +123,7 @@ class Publisher:
         ex = await self.exchange(self.topology.dlx)
         all_headers: dict[str, Any] = {REASON_HEADER: reason, **(headers or {})}
         if details:
-            all_headers["x-mesh-details"] = dumps(dict(details)).decode()[:65_000]
+            all_headers[DETAILS_HEADER] = dumps(dict(details)).decode()[:65_000]
         await ex.publish(
             aio_pika.Message(
                 body,

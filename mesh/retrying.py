@@ -4,6 +4,11 @@
 away for a moment (a restart, a network blip). aio-pika's robust connection reconnects and
 restores channels on its own; these policies keep a publish or a reply alive meanwhile,
 logging each attempt.
+
+The worker uses the same tuple for errors a handler raises: one of them (or `mesh.Retry`)
+sends the task through `mesh.retry.<delay>`; any other exception is a failed Result. The
+builtins in it (``ConnectionError``, ``TimeoutError``, ``OSError``) cover what handler code
+usually raises when a backend of its own is away.
 """
 
 from __future__ import annotations

@@ -1,15 +1,21 @@
 """Assembling the long-lived components of a process (used by the CLI, the demo and tests).
 
-Each ``start_*`` returns the coroutine function that stops what it started, in order.
+Each ``start_*`` returns the coroutine function that stops what it started, in reverse
+order: every component is started on a `contextlib.AsyncExitStack` (``start()``, then its
+``close()`` pushed), so a failure half-way closes what was already running, and the stop
+unwinds the stack.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection
+from mesh.lifecycle import Component
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.snapshot import AgentSnapshot
@@ -21,6 +27,7 @@ from mesh.worker.runtime import WorkerRuntime
 from schemas import new_id
 
 Stop = Callable[[], Awaitable[None]]
+C = TypeVar("C", bound=Component)
 
 
 async def start_embedder(settings: Settings) -> Embedder:
@@ -30,21 +37,23 @@ async def start_embedder(settings: Settings) -> Embedder:
     return embedder
 
 
+async def _started(stack: contextlib.AsyncExitStack, component: C) -> C:
+    """Start `component` and push its `close()` onto `stack` (what `Lifecycle` does)."""
+    await component.start()
+    stack.push_async_callback(component.close)
+    return component
+
+
 async def build_selector(
     conn: MeshConnection, embedder: Embedder | None = None
 ) -> tuple[SemanticSelector, Stop]:
     """A started semantic selector over a live agent snapshot (also used by `mesh explain`)."""
     embedder = embedder or await start_embedder(conn.settings)
-    snapshot = AgentSnapshot(conn)
-    await snapshot.start()
-    selector = SemanticSelector(conn, embedder, snapshot)
-    await selector.start()
-
-    async def stop() -> None:
-        await selector.close()
-        await snapshot.close()
-
-    return selector, stop
+    async with contextlib.AsyncExitStack() as stack:
+        snapshot = await _started(stack, AgentSnapshot(conn))
+        selector = await _started(stack, SemanticSelector(conn, embedder, snapshot))
+        return selector, stack.pop_all().aclose
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
 async def start_router(
@@ -52,9 +61,9 @@ async def start_router(
 ) -> Stop:
     """Run a router; with `semantic` (the default) it chooses agents for untargeted tasks."""
     if not semantic:
-        router = RouterService(conn)
-        await router.start()
-        return router.close
+        async with contextlib.AsyncExitStack() as stack:
+            await _started(stack, RouterService(conn))
+            return stack.pop_all().aclose
     _selector, stop = await start_semantic_router(conn, embedder)
     return stop
 
@@ -63,15 +72,12 @@ async def start_semantic_router(
     conn: MeshConnection, embedder: Embedder | None = None
 ) -> tuple[SemanticSelector, Stop]:
     """A router with its semantic selector; stops the router first, then the selector."""
-    selector, stop_selector = await build_selector(conn, embedder)
-    router = RouterService(conn, selector)
-    await router.start()
-
-    async def stop() -> None:
-        await router.close()
-        await stop_selector()
-
-    return selector, stop
+    async with contextlib.AsyncExitStack() as stack:
+        selector, stop_selector = await build_selector(conn, embedder)
+        stack.push_async_callback(stop_selector)
+        await _started(stack, RouterService(conn, selector))
+        return selector, stack.pop_all().aclose
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
 async def start_mesh(
@@ -86,30 +92,23 @@ async def start_mesh(
 
     Returns once the router sees every agent of `wait_agents` live.
     """
-    stops: list[Stop] = [await start_registry(conn)]
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(await start_registry(conn))
         selector, stop_router = await start_semantic_router(conn, embedder)
-        stops.append(stop_router)
+        stack.push_async_callback(stop_router)
         for agent in agents:
-            stops.append(await start_worker(conn, agent))
+            stack.push_async_callback(await start_worker(conn, agent))
         await selector.wait_routable(wait_agents, wait_s)
-    except BaseException:
-        for stop in reversed(stops):
-            await stop()
-        raise
-
-    async def stop_all() -> None:
-        for stop in reversed(stops):
-            await stop()
-
-    return stop_all
+        return stack.pop_all().aclose
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
 async def start_registry(conn: MeshConnection) -> Stop:
     """Run a registry service (any number may run; they share their state in Redis)."""
-    registry = RegistryService(conn)
-    await registry.start()
-    return registry.close
+    async with contextlib.AsyncExitStack() as stack:
+        await _started(stack, RegistryService(conn))
+        return stack.pop_all().aclose
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
 async def start_worker(
@@ -118,10 +117,11 @@ async def start_worker(
     """Run `agent` as a worker holding a registry lease (waits until a registry answers)."""
     instance_id = instance_id or f"{agent.agent_id}-{new_id()[:12]}"
     session = RegistrySession(conn, agent.registration(instance_id))
-    runtime = WorkerRuntime(agent, conn, instance_id=instance_id, membership=session)
-    await runtime.start()
-
-    async def stop() -> None:
-        await runtime.drain(grace_s)
-
-    return stop
+    runtime = WorkerRuntime(
+        agent, conn, instance_id=instance_id, membership=session, grace_s=grace_s
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        # close() drains with grace_s: stop consuming, finish in-flight tasks, deregister
+        await _started(stack, runtime)
+        return stack.pop_all().aclose
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises

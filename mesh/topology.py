@@ -22,6 +22,12 @@ REASON_HEADER = "x-mesh-reason"
 #: not ``x-``-prefixed: a headers exchange ignores ``x-*`` binding arguments when matching,
 #: so an ``x-`` header would send every retry to every delay queue
 DELAY_HEADER = "mesh-delay"
+#: header of a task a worker deferred because another instance holds its claim (the holder)
+DEFERRED_HEADER = "x-mesh-deferred"
+#: header of a retried task: the error of the attempt before (at most 1000 characters)
+LAST_ERROR_HEADER = "x-mesh-last-error"
+#: header of a dead letter: JSON details of why (the bad fields, the last error...)
+DETAILS_HEADER = "x-mesh-details"
 #: AMQP priorities 1..10 map onto x-max-priority 10
 MAX_PRIORITY = 10
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
@@ -193,6 +199,14 @@ class Topology:
     def selector_queue(self, router_id: str) -> str:
         """Exclusive queue of one router's selector, following outcome events."""
         return f"{self.namespace}.selector.{router_id}"
+
+    def reply_queue(self, client_id: str) -> str:
+        """Durable reply queue of one `MeshClient` (Results come back on it)."""
+        return f"{self.namespace}.reply.{client_id}"
+
+    def bid_queue(self, collector_id: str) -> str:
+        """Exclusive, auto-delete queue one router collects bids on."""
+        return f"{self.namespace}.bids.{collector_id}"
 
     def retry_queue(self, delay_ms: int) -> str:
         return f"{self.namespace}.retry.{delay_ms}"
@@ -375,7 +389,10 @@ def message_priority(priority: int) -> int:
 
 __all__ = [
     "DEAD_REASONS",
+    "DEFERRED_HEADER",
     "DELAY_HEADER",
+    "DETAILS_HEADER",
+    "LAST_ERROR_HEADER",
     "REASON_HEADER",
     "BindingSpec",
     "DeadReason",

@@ -87,7 +87,7 @@ def effect_agent(agent_id: str = "effect") -> Agent:
 
     @agent.handler
     async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
-        keys = ctx._runtime.conn.keys
+        keys = ctx.keys
         await ctx.redis.incr(keys.side_effect(f"runs:{task.task_id}"))
         await asyncio.sleep(float(task.payload.get("sleep_s", 0)))
         applied = await ctx.apply_once(f"work:{task.task_id}")
@@ -103,7 +103,7 @@ def failing_agent(agent_id: str = "flaky") -> Agent:
 
     @agent.handler
     async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
-        keys = ctx._runtime.conn.keys
+        keys = ctx.keys
         await ctx.redis.rpush(keys.side_effect(f"attempts:{task.task_id}"), now_ms())
         raise ConnectionError(f"backend down (attempt {task.attempt})")
 

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mesh.errors import MeshError
+from mesh.errors import ContextNotFound
 from mesh.keys import Keys
 from schemas.codec import dumps, loads
 
 REF_PREFIX = "ctx:"
-
-
-class ContextNotFound(MeshError, KeyError):
-    """A context_ref that names no stored context (expired after its TTL, or mistyped)."""
 
 
 def make_ref(trace_id: str, version: int) -> str:

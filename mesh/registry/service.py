@@ -28,7 +28,6 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
@@ -37,6 +36,7 @@ from mesh.registry import protocol
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
+from mesh.retrying import TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
 from schemas import (
     Deregistration,
@@ -54,7 +54,7 @@ from schemas.result import FieldProblem
 logger = logging.getLogger(__name__)
 
 #: errors a registry survives (logged; the next message or tick tries again)
-TRANSIENT = (RedisError, aio_pika.exceptions.AMQPError, ConnectionError, OSError)
+TRANSIENT = TRANSIENT_ERRORS
 
 
 class RegistryService:

@@ -32,17 +32,13 @@ from tenacity import (
 )
 
 from mesh.connection import MeshConnection
-from mesh.errors import NotStarted, RegistryError, StaleFencingToken
+from mesh.errors import NotStarted, RegistryError, RegistryUnavailable, StaleFencingToken
 from mesh.registry import fencing, protocol
 from mesh.tasks import raise_if_cancelling
 from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
 from schemas.codec import loads
 
 logger = logging.getLogger(__name__)
-
-
-class RegistryUnavailable(RegistryError, TimeoutError):
-    """No registry answered a registration in time; run one with `mesh registry`."""
 
 
 class RegistrySession:

@@ -38,7 +38,7 @@ class BidCollector:
             return
         self._channel = await self.conn.channel(confirms=False)
         self._queue = await self._channel.declare_queue(
-            f"{self.conn.settings.namespace}.bids.{new_id()[:12]}", exclusive=True, auto_delete=True
+            self.topology.bid_queue(new_id()[:12]), exclusive=True, auto_delete=True
         )
         await self._queue.consume(self._on_bid, no_ack=True)
 

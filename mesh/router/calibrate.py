@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mesh.errors import MeshError
+from mesh.errors import CalibrationDataError
 from mesh.router.embedding import Embedder
 from mesh.router.index import CapabilityIndex, FitConfig, embed_registration
 from mesh.router.scoring import ScoreWeights, score
@@ -38,10 +38,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-
-
-class CalibrationDataError(MeshError, ValueError):
-    """A calibration input file is missing or malformed; the message names file and line."""
 
 
 # --- input files -----------------------------------------------------------------------------

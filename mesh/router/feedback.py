@@ -12,17 +12,13 @@ from __future__ import annotations
 from typing import cast
 
 from mesh.connection import MeshConnection
-from mesh.errors import MeshError
+from mesh.errors import UnknownTask
 from mesh.messaging import Publisher
 from mesh.router.memory import COUNTED_BEFORE, ExampleMemory
 from schemas import Event
 
 #: how long a routed task can still receive feedback
 ROUTE_RECORD_TTL_S = 86_400
-
-
-class UnknownTask(MeshError, LookupError):
-    """No routing record for that task_id (never routed semantically, or older than 24 h)."""
 
 
 async def give_feedback(

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mesh.config import Settings
 from mesh.dispatch.store import Holder
-from mesh.errors import StaleFencingToken
+from mesh.errors import NotStarted, StaleFencingToken
+from mesh.keys import Keys
 from mesh.results import error_result
+from mesh.worker.deps import TaskDeps
 from schemas import Result, TaskEnvelope, now_ms
-
-if TYPE_CHECKING:
-    from mesh.worker.runtime import WorkerRuntime
 
 #: a handoff gets at most this share of the time left to the parent's deadline
 HANDOFF_SHARE = 0.5
@@ -22,12 +22,12 @@ HANDOFF_REPLY_MARGIN_S = 2.0
 class TaskContext:
     """Handed to every handler call next to the task envelope."""
 
-    def __init__(self, runtime: WorkerRuntime, envelope: TaskEnvelope, holder: Holder) -> None:
-        self._runtime = runtime
+    def __init__(self, deps: TaskDeps, envelope: TaskEnvelope, holder: Holder) -> None:
+        self._deps = deps
         self.envelope = envelope
         self.holder = holder
-        self.agent_id = runtime.agent.agent_id
-        self.instance_id = runtime.instance_id
+        self.agent_id = deps.agent_id
+        self.instance_id = deps.instance_id
         self.token = holder.token
         #: the trace's shared context as this hop sees it; `save_context` moves it on
         self.context_ref = envelope.context_ref
@@ -45,13 +45,29 @@ class TaskContext:
         return self.envelope.trace_id
 
     @property
-    def settings(self) -> Any:
-        return self._runtime.settings
+    def settings(self) -> Settings:
+        return self._deps.settings
+
+    @property
+    def keys(self) -> Keys:
+        """Redis key names of the worker's namespace."""
+        return self._deps.keys
 
     @property
     def redis(self) -> Any:
-        """The worker's Redis client, for handlers that keep state of their own."""
-        return self._runtime.conn.redis
+        """The worker's Redis client, for handlers that keep state of their own.
+
+        Raises:
+            NotStarted: there is none (a handler run by `mesh.testing.AgentHarness`).
+        """
+        if self._deps.redis is None:
+            raise NotStarted("no Redis client here: mesh.testing runs handlers without one")
+        return self._deps.redis
+
+    @property
+    def _runtime(self) -> TaskDeps:
+        """Deprecated: handlers reached ``ctx._runtime.conn.keys``; use `keys`."""
+        return self._deps
 
     def time_left_ms(self) -> int:
         """Milliseconds until the task's deadline (negative once it has passed)."""
@@ -62,7 +78,7 @@ class TaskContext:
 
     async def fence(self) -> None:
         """Raise `StaleFencingToken` if this instance's lease was lost since it took the task."""
-        await self._runtime.membership.check(self.token)
+        await self._deps.fence.check(self.token)
 
     async def apply_once(self, name: str, amount: int = 1) -> bool:
         """Add `amount` to the side-effect counter `name` at most once for this task.
@@ -73,7 +89,9 @@ class TaskContext:
         Raises:
             StaleFencingToken: this instance no longer holds the task's claim.
         """
-        applied = await self._runtime.store.apply_once(self.task_id, self.holder, name, amount)
+        applied = await self._deps.effects.apply_once(
+            self.task_id, self.holder, name, amount
+        )
         if applied < 0:
             raise StaleFencingToken(self.agent_id, self.token, None)
         return applied == 1
@@ -82,11 +100,11 @@ class TaskContext:
         """The trace's shared context at `context_ref` ({} when the task carries none)."""
         if self.context_ref is None:
             return {}
-        return await self._runtime.contexts.load(self.context_ref)
+        return await self._deps.contexts.load(self.context_ref)
 
     async def save_context(self, data: dict[str, Any]) -> str:
         """Store `data` as the trace's next context version; later handoffs carry its ref."""
-        self.context_ref = await self._runtime.contexts.save(self.trace_id, data)
+        self.context_ref = await self._deps.contexts.save(self.trace_id, data)
         return self.context_ref
 
     async def handoff(
@@ -129,6 +147,6 @@ class TaskContext:
             return error_result(
                 child, "expired", "no_time_left", "the parent task had no time left to hand off"
             )
-        client = await self._runtime.client()
+        client = await self._deps.client()
         self.logger.info("handoff task_id=%s -> %s budget=%dms", child.task_id, target, budget)
         return await client.send(child, wait_s=budget / 1000.0 + HANDOFF_REPLY_MARGIN_S)

@@ -15,6 +15,7 @@ import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from mesh.connection import MeshConnection
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.topology import declare_spec
 from mesh.worker.agent import Agent
@@ -23,7 +24,7 @@ from schemas import Bid, BidRequest, InvalidEnvelope, decode, encode, now_ms
 logger = logging.getLogger(__name__)
 
 
-class ControlConsumer:
+class ControlConsumer(Lifecycle):
     """Consumes one instance's control queue (started only for agents with a bidder)."""
 
     def __init__(

@@ -1,39 +1,29 @@
-"""The one place that turns a handler's outcome into AMQP actions (ack, reject, retry).
+"""What a handler's run came to (`Outcome`) and the Result that says so; no I/O here.
 
 Handlers report outcomes by returning (completed) or raising: `Retry` or a transient error
-(retried through `mesh.retry.<delay>`, at most `max_retries` times, then `mesh.dead.retries`),
-`Reject` (dead-lettered back to the router, which tries the next candidate), a deadline
-(`expired`), anything else (`failed`).
+(`mesh.retrying.TRANSIENT_ERRORS`: retried through `mesh.retry.<delay>`, at most
+`max_retries` times, then `mesh.dead.retries`), `Reject` (dead-lettered back to the router,
+which tries the next candidate), a deadline (`expired`), anything else (`failed`).
+`mesh.worker.settle.Settler` carries outcomes out on the wire; `mesh.testing` maps them the
+same way in memory.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from aio_pika.abc import AbstractIncomingMessage
-
-from mesh.dispatch.events import emit_states
-from mesh.dispatch.store import Commit, Holder
-from mesh.messaging import envelope_message
+from mesh.errors import Reject, Retry
 from mesh.results import error_result
-from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
-from mesh.retrying import quietly, with_retries
-from mesh.topology import DELAY_HEADER, DeadReason
+from mesh.retrying import TRANSIENT_ERRORS
 from schemas import Result, TaskEnvelope
-from schemas.codec import dumps, encode, json_problem
-
-if TYPE_CHECKING:
-    from mesh.worker.runtime import WorkerRuntime
+from schemas.codec import dumps, json_problem
 
 logger = logging.getLogger(__name__)
 
 #: error code of a handler output that cannot be sent (not a dict, not JSON, too large)
 BAD_OUTPUT = "bad_handler_output"
-
-#: errors a handler may raise that are worth another try (besides `mesh.Retry`)
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError, OSError)
 
 Kind = Literal["completed", "failed", "retry", "reject", "expired"]
 
@@ -48,66 +38,24 @@ class Outcome:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-async def settle(
-    runtime: WorkerRuntime,
-    message: AbstractIncomingMessage,
-    envelope: TaskEnvelope,
-    outcome: Outcome,
-    timings: dict[str, float],
-    holder: Holder,
-) -> Result | None:
-    """Carry out `outcome` for a task `holder` claimed; returns the Result sent, if any.
+def outcome_of_error(exc: Exception, task_id: str = "") -> Outcome:
+    """The outcome of an exception a handler (or a middleware hook) raised."""
+    if isinstance(exc, Retry):
+        return Outcome("retry", message=exc.reason, delay_ms=exc.delay_ms)
+    if isinstance(exc, Reject):
+        return Outcome("reject", message=exc.reason)
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
+    logger.warning("handler failed task_id=%s", task_id, exc_info=exc)
+    return Outcome("failed", code="handler_error", message=f"{type(exc).__name__}: {exc}")
 
-    Terminal outcomes are committed with the fencing check (one Lua step); only a commit
-    that succeeds answers the callers, so a stale instance never double-answers.
-    """
-    publisher = runtime.publisher
-    store = runtime.store
-    topology = runtime.topology
-    ids = {"agent_id": runtime.agent.agent_id, "instance_id": runtime.instance_id}
-    by = runtime.instance_id
-    if outcome.kind == "reject":
-        logger.info("task_id=%s rejected: %s", envelope.task_id, outcome.message)
-        await store.release(envelope.task_id, holder, "rerouting", by=by, note=outcome.message)
-        await _emit(runtime, envelope, "rerouting", {"rejected": outcome.message[:500]})
-        await quietly(message.reject(requeue=False))
-        return None
-    if outcome.kind == "retry" and envelope.attempt < runtime.settings.max_retries:
-        attempt = envelope.attempt + 1
-        delay = outcome.delay_ms or topology.retry_delay_for(attempt)
-        delay = nearest_delay(topology.retry_delays_ms, delay)
-        retried = envelope.model_copy(update={"attempt": attempt})
-        exchange = await publisher.exchange(topology.retry)
-        # the copy goes out (confirmed) before the claim is released and the original
-        # acked: a crash in between leaves a duplicate, which the claim absorbs
-        await with_retries(
-            lambda: exchange.publish(
-                envelope_message(
-                    retried,
-                    headers={
-                        DELAY_HEADER: str(delay),
-                        "x-mesh-last-error": outcome.message[:1000],
-                    },
-                ),
-                routing_key=topology.agent_routing_key(runtime.agent.agent_id, envelope.priority),
-                mandatory=False,
-            )
-        )
-        await store.release(envelope.task_id, holder, "retrying", by=by, note=outcome.message)
-        await quietly(message.ack())
-        await _emit(
-            runtime,
-            envelope,
-            "retrying",
-            {"attempt": attempt, "delay_ms": delay, "error": outcome.message[:500]},
-        )
-        logger.info(
-            "task_id=%s retry %d in %d ms: %s", envelope.task_id, attempt, delay, outcome.message
-        )
-        return None
-    dead: tuple[DeadReason, bytes, dict[str, Any]] | None = None
+
+def terminal_result(
+    envelope: TaskEnvelope, outcome: Outcome, timings: dict[str, float], **ids: Any
+) -> Result:
+    """The Result a terminal outcome answers with (a ``retry`` here: retries exhausted)."""
     if outcome.kind == "completed":
-        result = Result(
+        return Result(
             task_id=envelope.task_id,
             trace_id=envelope.trace_id,
             status="completed",
@@ -117,9 +65,9 @@ async def settle(
             route=envelope.route,
             **ids,
         )
-    elif outcome.kind == "retry":
+    if outcome.kind == "retry":
         details = {"attempts": envelope.attempt + 1, "last_error": outcome.message}
-        result = error_result(
+        return error_result(
             envelope,
             "failed",
             "retries_exhausted",
@@ -128,9 +76,8 @@ async def settle(
             timings=timings,
             **ids,
         )
-        dead = ("retries", encode(envelope), details)
-    elif outcome.kind == "expired":
-        result = error_result(
+    if outcome.kind == "expired":
+        return error_result(
             envelope,
             "expired",
             outcome.code or "deadline_passed",
@@ -139,77 +86,34 @@ async def settle(
             timings=timings,
             **ids,
         )
-        if outcome.code == "expired_in_queue":
-            dead = ("expired", message.body, outcome.details)
-    else:
-        result = error_result(
-            envelope,
-            "failed",
-            outcome.code or "handler_error",
-            outcome.message,
-            outcome.details,
-            timings=timings,
-            **ids,
+    if outcome.kind == "reject":
+        return error_result(
+            envelope, "rejected", "rejected", outcome.message, outcome.details,
+            timings=timings, **ids,
         )
-    async def commit_result(result: Result) -> Commit:
-        return await store.finish(
-            result,
-            result.status,
-            by=by,
-            holder=holder,
-            note=result.error.code if result.error else "",
-            agent_id=runtime.agent.agent_id,
-        )
-
-    try:
-        commit = await commit_result(result)
-    except OUTAGE_ERRORS:
-        raise
-    except Exception as exc:
-        if result.status != "completed":
-            raise
-        # an output `check_output` let through but the codec or Redis refused: the caller
-        # gets a failed Result saying so, and the delivery is settled as usual
-        logger.error("task_id=%s: output not stored", envelope.task_id, exc_info=True)
-        result = error_result(
-            envelope,
-            "failed",
-            BAD_OUTPUT,
-            f"the handler's output could not be stored: {type(exc).__name__}: {exc}"[:2000],
-            None,
-            timings=timings,
-            **ids,
-        )
-        commit = await commit_result(result)
-    if commit.status == "stale":
-        # our lease lapsed and the claim may be someone else's: hand the message back; the
-        # next claim decides (a live holder finishes it, a done task is not run again)
-        logger.warning("task_id=%s: result refused (stale token); requeued", envelope.task_id)
-        await quietly(message.nack(requeue=True))
-        return None
-    if commit.status != "ok":
-        logger.info("task_id=%s: result not stored (%s)", envelope.task_id, commit.status)
-        await quietly(message.ack())
-        return None
-    if dead is not None:
-        reason, body, details = dead
-        await publisher.dead_letter(reason, body, details=details, task_id=envelope.task_id)
-    await runtime.deliver(envelope, result, commit.waiters)
-    await quietly(message.ack())
-    return result
+    return error_result(
+        envelope,
+        "failed",
+        outcome.code or "handler_error",
+        outcome.message,
+        outcome.details,
+        timings=timings,
+        **ids,
+    )
 
 
-async def _emit(
-    runtime: WorkerRuntime, envelope: TaskEnvelope, state: str, data: dict[str, Any]
-) -> None:
-    await emit_states(
-        runtime.publisher,
-        (state,),
-        task_id=envelope.task_id,
-        trace_id=envelope.trace_id,
-        agent_id=runtime.agent.agent_id,
-        instance_id=runtime.instance_id,
-        data=data,
+def unstorable_result(
+    envelope: TaskEnvelope, exc: Exception, timings: dict[str, float], **ids: Any
+) -> Result:
+    """The failed Result of an output the codec or the store refused."""
+    return error_result(
+        envelope,
+        "failed",
+        BAD_OUTPUT,
+        f"the handler's output could not be stored: {type(exc).__name__}: {exc}"[:2000],
+        None,
+        timings=timings,
+        **ids,
     )
 
 
@@ -258,4 +162,13 @@ def nearest_delay(delays: tuple[int, ...], wanted: int) -> int:
     return delays[-1]
 
 
-__all__ = ["BAD_OUTPUT", "TRANSIENT_ERRORS", "Outcome", "check_output", "nearest_delay", "settle"]
+__all__ = [
+    "BAD_OUTPUT",
+    "TRANSIENT_ERRORS",
+    "Outcome",
+    "check_output",
+    "nearest_delay",
+    "outcome_of_error",
+    "terminal_result",
+    "unstorable_result",
+]

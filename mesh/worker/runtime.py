@@ -1,8 +1,10 @@
 """`WorkerRuntime`: runs an `Agent` as a queue worker on its agent queue.
 
 Per delivery: decode -> claim the task_id under this instance's fencing token (a duplicate
-or a finished task is not run again) -> check the deadline -> run the handler, cancelled at
-min(deadline, max task lifetime) -> `outcome.settle` (fenced commit, replies, ack).
+or a finished task is not run again) -> the middleware chain (`mesh.worker.middleware`:
+loop alert, deadline, the worker's own hooks) around the handler, cancelled at
+min(deadline, max task lifetime) -> `Settler.settle` (fenced commit, replies, ack). Only
+the `Settler` acks, nacks or republishes a delivery.
 
 Shutdown order (habit 10): stop consuming (heartbeats keep flowing) -> await in-flight
 tasks, cancel stragglers -> result write + ack under `shield` -> deregister -> close.
@@ -13,40 +15,41 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from mesh.client import MeshClient
 from mesh.connection import MeshConnection
 from mesh.dispatch.context import ContextStore
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
-from mesh.errors import Reject, Retry
-from mesh.messaging import Publisher, envelope_message
-from mesh.retrying import TRANSIENT_ERRORS as OUTAGE_ERRORS
-from mesh.retrying import quietly, with_retries
-from mesh.topology import DELAY_HEADER
+from mesh.errors import NotStarted
+from mesh.lifecycle import Lifecycle
+from mesh.messaging import Publisher
+from mesh.retrying import TRANSIENT_ERRORS
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.control import ControlConsumer
+from mesh.worker.deps import HandoffClient, TaskDeps, WorkerDeps
 from mesh.worker.membership import Membership, StaticMembership
-from mesh.worker.outcome import (
-    TRANSIENT_ERRORS,
-    Outcome,
-    check_output,
-    nearest_delay,
-    settle,
+from mesh.worker.middleware import (
+    CallNext,
+    DeadlineMiddleware,
+    LoopAlertMiddleware,
+    TaskRun,
+    WorkerMiddleware,
+    chain,
+    handler_step,
 )
-from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms
-
-if TYPE_CHECKING:
-    from mesh.client import MeshClient
+from mesh.worker.outcome import Outcome
+from mesh.worker.settle import Settler
+from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
 
 logger = logging.getLogger(__name__)
 
-#: a trace visiting the same agent more often than this raises `alert.loop`
-LOOP_VISITS = 2
 #: a task whose handler ended this long ago and whose delivery is still not settled is
 #: reported stuck (heartbeats carry the count; `mesh agents` shows it)
 STUCK_AFTER_S = 30.0
@@ -59,8 +62,12 @@ def current_task() -> asyncio.Task[Any]:
     return task
 
 
-class WorkerRuntime:
-    """One worker instance of an agent. ``await start()``; ``await drain()`` to stop."""
+class WorkerRuntime(Lifecycle):
+    """One worker instance of an agent: ``async with WorkerRuntime(agent, conn):``, or
+    ``await start()`` then ``await drain(grace_s)`` (``close()`` drains with `grace_s`).
+
+    `middleware` runs around every task, inside the built-in loop alert and deadline steps.
+    """
 
     def __init__(
         self,
@@ -69,6 +76,8 @@ class WorkerRuntime:
         *,
         instance_id: str | None = None,
         membership: Membership | None = None,
+        middleware: Sequence[WorkerMiddleware] = (),
+        grace_s: float = 30.0,
     ) -> None:
         self.agent = agent
         self.conn = conn
@@ -76,10 +85,31 @@ class WorkerRuntime:
         self.topology = conn.topology
         self.instance_id = instance_id or f"{agent.agent_id}-{new_id()[:12]}"
         self.membership: Membership = membership or StaticMembership(agent.agent_id)
+        self.grace_s = grace_s
         self.publisher = Publisher(conn)
         self.store = TaskStore(conn.redis, conn.keys, conn.settings)
         self.replied = ReplyMarks(self.store)
         self.contexts = ContextStore(conn.redis, conn.keys, conn.settings.context_ttl_s)
+        self.task_deps = TaskDeps(
+            agent_id=agent.agent_id,
+            instance_id=self.instance_id,
+            settings=self.settings,
+            keys=conn.keys,
+            effects=self.store,
+            contexts=self.contexts,
+            fence=self.membership,
+            client=self.client,
+            redis=conn.redis,
+            conn=conn,
+        )
+        self.settler = Settler(
+            WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied)
+        )
+        self.middleware: list[WorkerMiddleware] = [
+            LoopAlertMiddleware(self.publisher.emit),
+            DeadlineMiddleware(),
+            *middleware,
+        ]
         self._channels: list[AbstractChannel] = []
         self._consumers: list[tuple[AbstractQueue, str]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -95,8 +125,14 @@ class WorkerRuntime:
         #: task -> monotonic time its handler ended (it is settling since)
         self._settling: dict[asyncio.Task[Any], float] = {}
         self._stuck_reported = 0
-        self.completed = 0
+        self._state: str = "new"  # new -> started -> closed
+        self._chain: CallNext | None = None
         self.executed = 0
+
+    @property
+    def completed(self) -> int:
+        """Tasks this instance answered ``completed``."""
+        return self.settler.completed
 
     @property
     def in_flight(self) -> int:
@@ -126,7 +162,17 @@ class WorkerRuntime:
         return Holder(self.instance_id, self.membership.token, fenced)
 
     async def start(self) -> None:
-        """Declare the agent's queue, register, and start consuming."""
+        """Declare the agent's queue, register, and start consuming; a second call does
+        nothing.
+
+        Raises:
+            NotStarted: the runtime was closed before (build a new one).
+        """
+        if self._state == "started":
+            return
+        if self._state == "closed":
+            raise NotStarted(f"worker {self.instance_id} was closed; build a new WorkerRuntime")
+        self._state = "started"
         self.agent.require_handler()
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
@@ -149,10 +195,8 @@ class WorkerRuntime:
         await self.control.start()
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
 
-    async def client(self) -> MeshClient:
+    async def client(self) -> HandoffClient:
         """The reply queue this worker waits on for handoff Results (opened on first use)."""
-        from mesh.client import MeshClient
-
         async with self._client_lock:
             if self._client is None:
                 client = MeshClient(self.conn, client_id=self.instance_id)
@@ -175,36 +219,27 @@ class WorkerRuntime:
             logger.critical("worker task crashed", exc_info=task.exception())
 
     async def _run(self, message: AbstractIncomingMessage) -> None:
+        settler = self.settler
         try:
             envelope = decode(
                 TaskEnvelope, message.body, max_payload_bytes=self.settings.max_payload_bytes
             )
         except InvalidEnvelope as exc:
-            await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
-            await quietly(message.ack())
+            await settler.invalid(message, exc)
             return
         running = self._running.get(envelope.task_id)
         if running is not None:
             # redelivered while still running here (a reconnect): settle it with the run
             await asyncio.wait({running})
-            await quietly(message.ack())
+            await settler.duplicate(message)
             return
         self._running[envelope.task_id] = current_task()
         try:
             await self._claimed_run(message, envelope)
-        except OUTAGE_ERRORS:
-            logger.warning(
-                "task_id=%s: transient failure; requeued", envelope.task_id, exc_info=True
-            )
-            await quietly(message.nack(requeue=True))
+        except TRANSIENT_ERRORS:
+            await settler.outage(message, envelope)
         except Exception:
-            # a bug in settling must not wedge the instance: the delivery is settled anyway
-            # (dead-lettered back to a router, which ends or reroutes the task)
-            logger.critical(
-                "task_id=%s: settling failed; the delivery is rejected", envelope.task_id,
-                exc_info=True,
-            )
-            await quietly(message.nack(requeue=False))
+            await settler.broken(message, envelope)
         finally:
             self._running.pop(envelope.task_id, None)
 
@@ -220,23 +255,8 @@ class WorkerRuntime:
             lifetime_end_ms=now_ms() + lifetime_ms,
             count_visit=envelope.attempt == 0,
         )
-        if claim.status == "done":
-            logger.info("task_id=%s already done; not run again", envelope.task_id)
-            if not claim.replied and claim.result is not None:
-                # the first run committed but died before replying
-                await self._reply_all(envelope, claim.result, ())
-            await quietly(message.ack())
-            return
-        if claim.status == "stale":
-            logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
-            await quietly(message.nack(requeue=True))
-            return
-        if claim.status == "busy":
-            await self._defer(message, envelope, claim.detail)
-            return
         if claim.status != "claimed":
-            logger.info("task_id=%s not run: %s %s", envelope.task_id, claim.status, claim.detail)
-            await quietly(message.ack())
+            await self.settler.claimed(message, envelope, claim)
             return
         await emit_states(
             self.publisher,
@@ -247,151 +267,47 @@ class WorkerRuntime:
             instance_id=self.instance_id,
             data={"takeover": claim.takeover, "attempt": envelope.attempt},
         )
-        if claim.visits > LOOP_VISITS:
-            await self._loop_alert(envelope, claim.visits)
-        left = self._time_left_ms(envelope)
-        if left <= 0:
-            outcome = Outcome(
-                "expired",
-                code="expired_in_queue",
-                message="the task's deadline passed while it waited in the queue; not executed",
-                details={"deadline_ms": envelope.deadline_ms},
-            )
-            await asyncio.shield(settle(self, message, envelope, outcome, {}, holder))
-            return
-        outcome = await self._execute(envelope, left, lifetime_ms, holder)
-        self._settling[current_task()] = time.monotonic()
-        timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
-        await asyncio.shield(settle(self, message, envelope, outcome, timings, holder))
-
-    async def _defer(
-        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: str
-    ) -> None:
-        """Another instance holds the claim: look again later, through a retry delay queue.
-
-        Either the holder finishes (the next look finds the result) or its lease lapses
-        (the next look takes the claim over). Acking instead would lose the task if the
-        holder is dead but its lease has not run out yet.
-        """
-        delay = nearest_delay(
-            self.topology.retry_delays_ms, int(self.settings.lease_ttl_s * 1000 / 3)
+        run = TaskRun(
+            envelope,
+            TaskContext(self.task_deps, envelope, holder),
+            lifetime_ms,
+            takeover=claim.takeover,
+            visits=claim.visits,
         )
-        logger.info(
-            "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
-        )
-        exchange = await self.publisher.exchange(self.topology.retry)
-        await with_retries(
-            lambda: exchange.publish(
-                envelope_message(
-                    envelope, headers={DELAY_HEADER: str(delay), "x-mesh-deferred": holder}
-                ),
-                routing_key=self.topology.agent_routing_key(self.agent.agent_id, envelope.priority),
-                mandatory=False,
-            )
-        )
-        await quietly(message.ack())
+        outcome = await self._execute(run)
+        timings: dict[str, float] = {}
+        if run.executed:
+            self._settling[current_task()] = time.monotonic()
+            timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
+        await asyncio.shield(self.settler.settle(message, envelope, outcome, timings, holder))
 
-    async def _loop_alert(self, envelope: TaskEnvelope, visits: int) -> None:
-        """Loop detection: the same trace on the same agent more than twice is an alert."""
-        if visits > LOOP_VISITS:
-            logger.warning(
-                "loop: trace_id=%s visited agent=%s %d times",
-                envelope.trace_id,
-                self.agent.agent_id,
-                visits,
-            )
-            await self.publisher.emit(
-                Event(
-                    type="alert.loop",
-                    trace_id=envelope.trace_id,
-                    task_id=envelope.task_id,
-                    agent_id=self.agent.agent_id,
-                    instance_id=self.instance_id,
-                    data={
-                        "visits": visits,
-                        "trajectory": [*envelope.trajectory, self.agent.agent_id],
-                        "hops": envelope.hops,
-                    },
-                )
-            )
+    async def _execute(self, run: TaskRun) -> Outcome:
+        """The middleware chain around the agent's handler (built once, on first use)."""
+        if self._chain is None:
+            handler = handler_step(self.agent.require_handler())
 
-    async def _execute(
-        self, envelope: TaskEnvelope, left_ms: int, lifetime_ms: int, holder: Holder
-    ) -> Outcome:
-        handler = self.agent.require_handler()
-        ctx = TaskContext(self, envelope, holder)
-        limit_ms = min(left_ms, lifetime_ms)
-        self.executed += 1
-        try:
-            async with asyncio.timeout(limit_ms / 1000.0) as scope:
-                output = await handler(envelope, ctx)
-        except Retry as exc:
-            return Outcome("retry", message=exc.reason, delay_ms=exc.delay_ms)
-        except Reject as exc:
-            return Outcome("reject", message=exc.reason)
-        except TimeoutError as exc:
-            if not scope.expired():
-                return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
-            if limit_ms < left_ms:
-                return Outcome(
-                    "failed",
-                    code="lifetime_exceeded",
-                    message="cancelled after max_task_lifetime_s="
-                    f"{self.settings.max_task_lifetime_s}",
-                )
-            return Outcome(
-                "expired",
-                code="deadline_passed",
-                message="the handler was cancelled at the task's deadline",
-            )
-        except TRANSIENT_ERRORS as exc:
-            return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
-        except Exception as exc:
-            logger.warning("handler failed task_id=%s", envelope.task_id, exc_info=True)
-            return Outcome("failed", code="handler_error", message=f"{type(exc).__name__}: {exc}")
-        return check_output(output, self.settings.max_payload_bytes)
+            async def counted(r: TaskRun) -> Outcome:
+                self.executed += 1
+                return await handler(r)
 
-    async def _reply_all(self, envelope: TaskEnvelope, result: Result, waiters: Any) -> None:
-        """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
-        targets = set(waiters)
-        if envelope.reply_to:
-            targets.add(envelope.reply_to)
-        for reply_to in sorted(targets):
-            await self._reply(reply_to, result)
-        self.replied.mark(envelope.task_id)
-
-    async def _reply(self, reply_to: str, result: Result) -> None:
-        await with_retries(lambda: self.publisher.reply(reply_to, result))
-
-    async def deliver(self, envelope: TaskEnvelope, result: Result, waiters: Any = ()) -> None:
-        """Send the terminal Result of a task to its callers and record the event."""
-        await self._reply_all(envelope, result, waiters)
-        if result.status == "completed":
-            self.completed += 1
-        await self.publisher.emit(
-            Event(
-                type=f"task.{result.status}",
-                trace_id=envelope.trace_id,
-                task_id=envelope.task_id,
-                agent_id=self.agent.agent_id,
-                instance_id=self.instance_id,
-                data={"error": result.error.code if result.error else None},
-            )
-        )
-
-    @staticmethod
-    def _time_left_ms(envelope: TaskEnvelope) -> int:
-        if envelope.deadline_ms is None:
-            return envelope.timeout_ms
-        return envelope.deadline_ms - now_ms()
+            self._chain = chain(self.middleware, counted)
+        return await self._chain(run)
 
     async def run_until_idle(self, timeout: float = 10.0) -> None:
         """Wait until no task is in flight (for tests and drains)."""
         async with asyncio.timeout(timeout):
             await self._idle.wait()
 
-    async def drain(self, grace_s: float = 30.0) -> None:
-        """Stop taking tasks, finish (or cancel) in-flight ones, deregister, close."""
+    async def drain(self, grace_s: float | None = None) -> None:
+        """Stop taking tasks, finish (or cancel) in-flight ones, deregister, close.
+
+        Waits `grace_s` (default: the runtime's `grace_s`) for in-flight tasks; safe to
+        call twice (the second call does nothing).
+        """
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        grace_s = self.grace_s if grace_s is None else grace_s
         await self.control.close()  # a draining instance no longer bids
         for queue, tag in self._consumers:
             try:
@@ -406,9 +322,13 @@ class WorkerRuntime:
             if pending:
                 await asyncio.wait(pending, timeout=5)
         await self.membership.stop()
-        await self.close()
+        await self._release()
 
     async def close(self) -> None:
+        """`drain` with the runtime's `grace_s`; idempotent."""
+        await self.drain()
+
+    async def _release(self) -> None:
         await self.control.close()
         client, self._client = self._client, None
         if client is not None:

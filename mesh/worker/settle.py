@@ -1,0 +1,254 @@
+"""`Settler`: the only code in a worker that acks, nacks, rejects or republishes a delivery.
+
+Every way a delivery can end has a method here: the outcome of a run (`settle`: fenced
+commit, replies, dead letter, ack; a retry through `mesh.retry.<delay>`; a reject back to
+the router), and every way a delivery ends without a run (an unreadable body, a redelivery
+of a task still running, a claim that is done, stale, busy or refused, a broker or Redis
+outage, a bug while settling).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from mesh.dispatch.events import emit_states
+from mesh.dispatch.store import Claim, Commit, Holder
+from mesh.messaging import envelope_message
+from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
+from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
+from mesh.worker.deps import WorkerDeps
+from mesh.worker.outcome import Outcome, nearest_delay, terminal_result, unstorable_result
+from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
+
+logger = logging.getLogger(__name__)
+
+
+class Settler:
+    """Turns what became of a delivery into AMQP actions, for one worker instance."""
+
+    def __init__(self, deps: WorkerDeps) -> None:
+        self.deps = deps
+        self.completed = 0
+
+    # --- deliveries that end without a run ------------------------------------------------
+    async def invalid(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
+        """A body that does not decode: to `mesh.dead.invalid`, byte for byte."""
+        await self.deps.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+        await quietly(message.ack())
+
+    async def duplicate(self, message: AbstractIncomingMessage) -> None:
+        """A redelivery of a task that ran here meanwhile: the run settled it."""
+        await quietly(message.ack())
+
+    async def claimed(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
+                      claim: Claim) -> None:
+        """A claim that is not ``claimed``: done, stale, busy or refused."""
+        if claim.status == "done":
+            logger.info("task_id=%s already done; not run again", envelope.task_id)
+            if not claim.replied and claim.result is not None:
+                # the first run committed but died before replying
+                await self.reply_all(envelope, claim.result, ())
+            await quietly(message.ack())
+        elif claim.status == "stale":
+            logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
+            await quietly(message.nack(requeue=True))
+        elif claim.status == "busy":
+            await self.defer(message, envelope, claim.detail)
+        else:
+            logger.info("task_id=%s not run: %s %s", envelope.task_id, claim.status, claim.detail)
+            await quietly(message.ack())
+
+    async def defer(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
+                    holder: str) -> None:
+        """Another instance holds the claim: look again later, through a retry delay queue.
+
+        Either the holder finishes (the next look finds the result) or its lease lapses
+        (the next look takes the claim over). Acking instead would lose the task if the
+        holder is dead but its lease has not run out yet.
+        """
+        topology = self.deps.topology
+        delay = nearest_delay(
+            topology.retry_delays_ms, int(self.deps.settings.lease_ttl_s * 1000 / 3)
+        )
+        logger.info(
+            "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
+        )
+        await self._republish(
+            envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: holder}
+        )
+        await quietly(message.ack())
+
+    async def outage(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
+        """Redis or the broker went away while the task was being run or settled."""
+        logger.warning("task_id=%s: transient failure; requeued", envelope.task_id, exc_info=True)
+        await quietly(message.nack(requeue=True))
+
+    async def broken(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
+        """A bug in settling must not wedge the instance: the delivery is settled anyway
+        (dead-lettered back to a router, which ends or reroutes the task)."""
+        logger.critical(
+            "task_id=%s: settling failed; the delivery is rejected", envelope.task_id,
+            exc_info=True,
+        )
+        await quietly(message.nack(requeue=False))
+
+    # --- the outcome of a run ---------------------------------------------------------------
+    async def settle(
+        self,
+        message: AbstractIncomingMessage,
+        envelope: TaskEnvelope,
+        outcome: Outcome,
+        timings: dict[str, float],
+        holder: Holder,
+    ) -> Result | None:
+        """Carry out `outcome` for a task `holder` claimed; returns the Result sent, if any.
+
+        Terminal outcomes are committed with the fencing check (one Lua step); only a commit
+        that succeeds answers the callers, so a stale instance never double-answers.
+        """
+        deps = self.deps
+        store, by = deps.store, deps.instance_id
+        if outcome.kind == "reject":
+            logger.info("task_id=%s rejected: %s", envelope.task_id, outcome.message)
+            await store.release(envelope.task_id, holder, "rerouting", by=by, note=outcome.message)
+            await self._emit(envelope, "rerouting", {"rejected": outcome.message[:500]})
+            await quietly(message.reject(requeue=False))
+            return None
+        if outcome.kind == "retry" and envelope.attempt < deps.settings.max_retries:
+            await self._retry(message, envelope, outcome, holder)
+            return None
+        ids = {"agent_id": deps.agent_id, "instance_id": deps.instance_id}
+        result = terminal_result(envelope, outcome, timings, **ids)
+        dead: tuple[DeadReason, bytes, dict[str, Any]] | None = None
+        if outcome.kind == "retry":
+            dead = ("retries", encode(envelope), dict(result.error.details if result.error else {}))
+        elif outcome.kind == "expired" and outcome.code == "expired_in_queue":
+            dead = ("expired", message.body, outcome.details)
+        try:
+            commit = await self._commit(result, holder)
+        except TRANSIENT_ERRORS:
+            raise
+        except Exception as exc:
+            if result.status != "completed":
+                raise
+            # an output `check_output` let through but the codec or Redis refused: the caller
+            # gets a failed Result saying so, and the delivery is settled as usual
+            logger.error("task_id=%s: output not stored", envelope.task_id, exc_info=True)
+            result = unstorable_result(envelope, exc, timings, **ids)
+            commit = await self._commit(result, holder)
+        if commit.status == "stale":
+            # our lease lapsed and the claim may be someone else's: hand the message back; the
+            # next claim decides (a live holder finishes it, a done task is not run again)
+            logger.warning("task_id=%s: result refused (stale token); requeued", envelope.task_id)
+            await quietly(message.nack(requeue=True))
+            return None
+        if commit.status != "ok":
+            logger.info("task_id=%s: result not stored (%s)", envelope.task_id, commit.status)
+            await quietly(message.ack())
+            return None
+        if dead is not None:
+            reason, body, details = dead
+            await deps.publisher.dead_letter(
+                reason, body, details=details, task_id=envelope.task_id
+            )
+        await self.deliver(envelope, result, commit.waiters)
+        await quietly(message.ack())
+        return result
+
+    async def _retry(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
+                     outcome: Outcome, holder: Holder) -> None:
+        deps = self.deps
+        attempt = envelope.attempt + 1
+        delay = outcome.delay_ms or deps.topology.retry_delay_for(attempt)
+        delay = nearest_delay(deps.topology.retry_delays_ms, delay)
+        retried = envelope.model_copy(update={"attempt": attempt})
+        # the copy goes out (confirmed) before the claim is released and the original
+        # acked: a crash in between leaves a duplicate, which the claim absorbs
+        await self._republish(
+            retried, {DELAY_HEADER: str(delay), LAST_ERROR_HEADER: outcome.message[:1000]}
+        )
+        await deps.store.release(
+            envelope.task_id, holder, "retrying", by=deps.instance_id, note=outcome.message
+        )
+        await quietly(message.ack())
+        await self._emit(
+            envelope,
+            "retrying",
+            {"attempt": attempt, "delay_ms": delay, "error": outcome.message[:500]},
+        )
+        logger.info(
+            "task_id=%s retry %d in %d ms: %s", envelope.task_id, attempt, delay, outcome.message
+        )
+
+    async def _republish(self, envelope: TaskEnvelope, headers: dict[str, str]) -> None:
+        """Send `envelope` back to this agent's queue through `mesh.retry` (confirmed)."""
+        topology = self.deps.topology
+        exchange = await self.deps.publisher.exchange(topology.retry)
+        await with_retries(
+            lambda: exchange.publish(
+                envelope_message(envelope, headers=headers),
+                routing_key=topology.agent_routing_key(self.deps.agent_id, envelope.priority),
+                mandatory=False,
+            )
+        )
+
+    async def _commit(self, result: Result, holder: Holder) -> Commit:
+        return await self.deps.store.finish(
+            result,
+            result.status,
+            by=self.deps.instance_id,
+            holder=holder,
+            note=result.error.code if result.error else "",
+            agent_id=self.deps.agent_id,
+        )
+
+    # --- answers ------------------------------------------------------------------------------
+    async def reply_all(
+        self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]
+    ) -> None:
+        """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
+        targets = set(waiters)
+        if envelope.reply_to:
+            targets.add(envelope.reply_to)
+        for reply_to in sorted(targets):
+            await self._reply(reply_to, result)
+        self.deps.replied.mark(envelope.task_id)
+
+    async def _reply(self, reply_to: str, result: Result) -> None:
+        await with_retries(lambda: self.deps.publisher.reply(reply_to, result))
+
+    async def deliver(
+        self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str] = ()
+    ) -> None:
+        """Send the terminal Result of a task to its callers and record the event."""
+        await self.reply_all(envelope, result, waiters)
+        if result.status == "completed":
+            self.completed += 1
+        await self.deps.publisher.emit(
+            Event(
+                type=f"task.{result.status}",
+                trace_id=envelope.trace_id,
+                task_id=envelope.task_id,
+                agent_id=self.deps.agent_id,
+                instance_id=self.deps.instance_id,
+                data={"error": result.error.code if result.error else None},
+            )
+        )
+
+    async def _emit(self, envelope: TaskEnvelope, state: str, data: dict[str, Any]) -> None:
+        await emit_states(
+            self.deps.publisher,
+            (state,),
+            task_id=envelope.task_id,
+            trace_id=envelope.trace_id,
+            agent_id=self.deps.agent_id,
+            instance_id=self.deps.instance_id,
+            data=data,
+        )
+
+
+__all__ = ["Settler"]
