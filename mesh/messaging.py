@@ -44,14 +44,38 @@ def envelope_message(
     )
 
 
-def result_message(result: Result) -> aio_pika.Message:
+def result_message(result: Result, correlation_id: str | None = None) -> aio_pika.Message:
+    """A persistent Result message; its correlation_id is the caller's, else the task_id."""
     return aio_pika.Message(
         encode(result),
         content_type=JSON,
         delivery_mode=DeliveryMode.PERSISTENT,
-        correlation_id=result.task_id,
+        correlation_id=correlation_id or result.task_id,
         message_id=f"result:{result.task_id}",
     )
+
+
+#: separates a reply queue from the caller's correlation_id in a recorded waiter
+_WAITER_SEP = "\x1f"
+
+
+def waiter(reply_to: str | None, correlation_id: str | None = None) -> str | None:
+    """A reply queue and the correlation_id to echo, as one recorded waiter."""
+    if not reply_to:
+        return None
+    return reply_to if not correlation_id else f"{reply_to}{_WAITER_SEP}{correlation_id}"
+
+
+def waiter_of(envelope: TaskEnvelope) -> str | None:
+    """Who waits for `envelope`'s Result, as recorded with the task: its reply queue and,
+    when the caller set one, the correlation_id to echo (None: nobody to answer)."""
+    return waiter(envelope.reply_to, envelope.correlation_id)
+
+
+def split_waiter(waiter: str) -> tuple[str, str | None]:
+    """``(reply queue, correlation_id or None)`` of a recorded waiter."""
+    reply_to, _, correlation_id = waiter.partition(_WAITER_SEP)
+    return reply_to, correlation_id or None
 
 
 class Publisher:
@@ -102,12 +126,14 @@ class Publisher:
         message = envelope_message(envelope, expiration_ms=expiration_ms, headers=headers)
         await ex.publish(message, routing_key=routing_key, mandatory=mandatory)
 
-    async def reply(self, reply_to: str | None, result: Result) -> None:
-        """Send `result` to a reply queue; never mandatory (a reply is not returned to us)."""
-        if not reply_to:
+    async def reply(self, waiter: str | None, result: Result) -> None:
+        """Send `result` to a waiter (`waiter_of`: a reply queue, maybe with the caller's
+        correlation_id); never mandatory (a reply is not returned to us)."""
+        if not waiter:
             return
+        reply_to, correlation_id = split_waiter(waiter)
         await self.channel.default_exchange.publish(
-            result_message(result), routing_key=reply_to, mandatory=False
+            result_message(result, correlation_id), routing_key=reply_to, mandatory=False
         )
 
     async def dead_letter(

@@ -37,7 +37,15 @@ class TaskEnvelope(WireModel):
     deadline_ms: int | None = Field(
         default=None, ge=0, description="absolute epoch ms; set at ingress when absent"
     )
-    reply_to: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    reply_to: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="queue for the Result; the ingress message's AMQP reply_to when absent",
+    )
+    correlation_id: Annotated[str, Field(min_length=1, max_length=255)] | None = Field(
+        default=None,
+        description="echoed as the Result message's AMQP correlation_id; the ingress "
+        "message's correlation_id when absent (default: the task_id)",
+    )
     max_hops: int = Field(default=5, ge=0, le=20)
     hops: int = Field(default=0, ge=0, le=1_000)
     required_tags: TagMap = Field(default_factory=dict, description="rule filter on agent tags")

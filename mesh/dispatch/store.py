@@ -18,6 +18,7 @@ from typing import Any, Literal
 from mesh.config import Settings
 from mesh.dispatch import lua
 from mesh.keys import Keys
+from mesh.messaging import waiter_of
 from mesh.retrying import TRANSIENT_ERRORS
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
 from schemas.codec import loads
@@ -124,7 +125,7 @@ class TaskStore:
             args=[
                 self.ttl_ms,
                 by,
-                envelope.reply_to or "",
+                waiter_of(envelope) or "",
                 "1" if redelivered else "0",
                 envelope.trace_id,
                 agent_id,

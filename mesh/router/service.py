@@ -22,7 +22,7 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
-from mesh.messaging import Publisher
+from mesh.messaging import Publisher, waiter, waiter_of
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
 from mesh.topology import DeadReason
@@ -195,6 +195,8 @@ class RouterService:
                 message.routing_key or "",
                 redelivered=bool(message.redelivered),
                 received=received,
+                reply_to=message.reply_to,
+                correlation_id=message.correlation_id,
             )
         except asyncio.CancelledError:
             self._acks.settled(message)
@@ -225,8 +227,14 @@ class RouterService:
         *,
         redelivered: bool = False,
         received: float | None = None,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
     ) -> None:
         """Route one body from the router queue (from ingress, or back from an agent queue).
+
+        `reply_to` and `correlation_id` are the ingress message's AMQP properties (standard
+        RPC): the Result goes to `reply_to` when the body names no queue, and carries the
+        caller's `correlation_id`. Fields of the body win.
 
         The agent is chosen first (pure CPU), then the task is recorded with its whole path
         (``submitted -> routing -> dispatched``) in one Redis step, then it is published.
@@ -235,7 +243,7 @@ class RouterService:
         try:
             envelope = decode(TaskEnvelope, body, max_payload_bytes=self.settings.max_payload_bytes)
         except InvalidEnvelope as exc:
-            await self._invalid(exc)
+            await self._invalid(exc, reply_to, correlation_id)
             return
         returned_from = self.topology.agent_of_routing_key(routing_key)
         if returned_from is not None and "x-death" in headers:
@@ -260,7 +268,7 @@ class RouterService:
             )
         else:
             returned_from = None
-            envelope = self._stamp(envelope)
+            envelope = self._stamp(envelope, reply_to, correlation_id)
         ending = self._ending(envelope)
         choice = None if ending is not None else await self._choose(envelope)
         if ending is None and choice is None:
@@ -319,7 +327,7 @@ class RouterService:
             logger.info("redelivered task_id=%s was answered already", envelope.task_id)
         elif sub.status == "done" and sub.result is not None:
             logger.info("duplicate task_id=%s answered from its stored result", envelope.task_id)
-            await self._reply(envelope.reply_to, sub.result)
+            await self._reply(waiter_of(envelope), sub.result)
         else:
             logger.info(
                 "duplicate task_id=%s in state %s: its caller waits for the same Result",
@@ -344,13 +352,23 @@ class RouterService:
             data=data,
         )
 
-    async def _reply(self, reply_to: str | None, result: Result) -> None:
-        await with_retries(lambda: self.publisher.reply(reply_to, result))
+    async def _reply(self, waiter: str | None, result: Result) -> None:
+        await with_retries(lambda: self.publisher.reply(waiter, result))
 
-    def _stamp(self, envelope: TaskEnvelope) -> TaskEnvelope:
-        """Ingress bookkeeping: creation time and an absolute deadline when absent."""
+    def _stamp(
+        self,
+        envelope: TaskEnvelope,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+    ) -> TaskEnvelope:
+        """Ingress bookkeeping: creation time and an absolute deadline when absent, and the
+        AMQP reply route (properties) when the body has none."""
         now = now_ms()
         update: dict[str, Any] = {}
+        if envelope.reply_to is None and reply_to:
+            update["reply_to"] = reply_to[:255]
+        if envelope.correlation_id is None and correlation_id not in (None, "", envelope.task_id):
+            update["correlation_id"] = str(correlation_id)[:255]
         if envelope.created_ms is None:
             update["created_ms"] = now
         if envelope.deadline_ms is None:
@@ -477,10 +495,11 @@ class RouterService:
             logger.info("task_id=%s already finished; %s dropped", envelope.task_id, code)
             return
         waiters = set(commit.waiters)
-        if envelope.reply_to:
-            waiters.add(envelope.reply_to)
-        for reply_to in sorted(waiters):
-            await self._reply(reply_to, result)
+        own = waiter_of(envelope)
+        if own:
+            waiters.add(own)
+        for each in sorted(waiters):
+            await self._reply(each, result)
         await self.store.mark_replied(envelope.task_id)
         await self.publisher.dead_letter(
             reason,
@@ -490,8 +509,11 @@ class RouterService:
         )
         await self._emit(envelope, (status,), {"code": code, "message": message})
 
-    async def _invalid(self, exc: InvalidEnvelope) -> None:
-        reply_to = peek(exc.raw, "reply_to")
+    async def _invalid(
+        self, exc: InvalidEnvelope, reply_to: str | None = None, correlation_id: str | None = None
+    ) -> None:
+        """Answer an invalid body where it says (or the AMQP reply_to), dead-letter it."""
+        reply_to = peek(exc.raw, "reply_to") or reply_to
         task_id = peek(exc.raw, "task_id") or "unknown"
         if reply_to is not None:
             result = Result(
@@ -502,7 +524,7 @@ class RouterService:
                     code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
                 ),
             )
-            await self._reply(reply_to, result)
+            await self._reply(waiter(reply_to, correlation_id), result)
         await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
 
     @staticmethod

@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Claim, Commit, Holder
-from mesh.messaging import envelope_message
+from mesh.messaging import envelope_message, waiter_of
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
 from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
 from mesh.worker.deps import WorkerDeps
@@ -212,8 +212,9 @@ class Settler:
     ) -> None:
         """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
         targets = set(waiters)
-        if envelope.reply_to:
-            targets.add(envelope.reply_to)
+        own = waiter_of(envelope)
+        if own:
+            targets.add(own)
         for reply_to in sorted(targets):
             await self._reply(reply_to, result)
         self.deps.replied.mark(envelope.task_id)
