@@ -16,6 +16,7 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, DeliveryMode
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
+from mesh.lifecycle import Lifecycle
 from mesh.topology import DETAILS_HEADER, REASON_HEADER, DeadReason, message_priority
 from schemas import Event, Result, TaskEnvelope, encode
 from schemas.codec import dumps
@@ -78,7 +79,7 @@ def split_waiter(waiter: str) -> tuple[str, str | None]:
     return reply_to, correlation_id or None
 
 
-class Publisher:
+class Publisher(Lifecycle):
     """Publishes on behalf of one component. `start()` opens its two channels."""
 
     def __init__(self, conn: MeshConnection) -> None:

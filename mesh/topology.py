@@ -28,6 +28,10 @@ DEFERRED_HEADER = "x-mesh-deferred"
 LAST_ERROR_HEADER = "x-mesh-last-error"
 #: header of a dead letter: JSON details of why (the bad fields, the last error...)
 DETAILS_HEADER = "x-mesh-details"
+#: registry A2A registrations: headers naming the instance, agent and concurrency
+INSTANCE_HEADER = "x-mesh-instance-id"
+AGENT_HEADER = "x-mesh-agent-id"
+CONCURRENCY_HEADER = "x-mesh-max-concurrency"
 #: AMQP priorities 1..10 map onto x-max-priority 10
 MAX_PRIORITY = 10
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
@@ -388,10 +392,13 @@ def message_priority(priority: int) -> int:
 
 
 __all__ = [
+    "AGENT_HEADER",
+    "CONCURRENCY_HEADER",
     "DEAD_REASONS",
     "DEFERRED_HEADER",
     "DELAY_HEADER",
     "DETAILS_HEADER",
+    "INSTANCE_HEADER",
     "LAST_ERROR_HEADER",
     "REASON_HEADER",
     "BindingSpec",

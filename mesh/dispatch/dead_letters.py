@@ -15,7 +15,7 @@ from typing import Any
 
 from mesh.connection import MeshConnection
 from mesh.messaging import Publisher
-from mesh.topology import REASON_HEADER, DeadReason
+from mesh.topology import DETAILS_HEADER, REASON_HEADER, DeadReason
 from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id
 from schemas.codec import loads
 
@@ -51,7 +51,7 @@ async def peek(conn: MeshConnection, reason: DeadReason, limit: int = 20) -> lis
             if message is None:
                 break
             headers = message.headers or {}
-            raw_details = headers.get("x-mesh-details")
+            raw_details = headers.get(DETAILS_HEADER)
             try:
                 details = loads(raw_details) if isinstance(raw_details, str | bytes) else {}
             except ValueError:

@@ -21,6 +21,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import DeliveryMode
 
+from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
 from schemas import Deregistration, Heartbeat, Registration, encode
 from schemas.codec import dumps
 
@@ -33,11 +34,6 @@ DEREGISTER = "deregister"
 ACK = "register.ack"
 ERROR = "register.error"
 LEASE_LOST = "lease.lost"
-
-#: headers of a ``register.a2a`` message (an Agent Card has no instance identity)
-INSTANCE_HEADER = "x-mesh-instance-id"
-AGENT_HEADER = "x-mesh-agent-id"
-CONCURRENCY_HEADER = "x-mesh-max-concurrency"
 
 
 def register_message(

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.registry import protocol
 from mesh.registry.agent_card import registration_from_card
@@ -38,6 +39,7 @@ from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
+from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
 from schemas import (
     Deregistration,
     Heartbeat,
@@ -57,7 +59,7 @@ logger = logging.getLogger(__name__)
 TRANSIENT = TRANSIENT_ERRORS
 
 
-class RegistryService:
+class RegistryService(Lifecycle):
     """One registry process. ``await start()``; ``await close()`` (idempotent)."""
 
     def __init__(
@@ -184,11 +186,11 @@ class RegistryService:
         if message.type == protocol.REGISTER:
             return decode(Registration, body, max_payload_bytes=self.settings.max_payload_bytes)
         headers = message.headers or {}
-        instance_id = headers.get(protocol.INSTANCE_HEADER)
+        instance_id = headers.get(INSTANCE_HEADER)
         if not isinstance(instance_id, str | bytes):
-            raise _invalid(body, protocol.INSTANCE_HEADER, "header is required")
-        agent_id = headers.get(protocol.AGENT_HEADER)
-        concurrency = headers.get(protocol.CONCURRENCY_HEADER, 4)
+            raise _invalid(body, INSTANCE_HEADER, "header is required")
+        agent_id = headers.get(AGENT_HEADER)
+        concurrency = headers.get(CONCURRENCY_HEADER, 4)
         try:
             card = loads(body)
             return registration_from_card(

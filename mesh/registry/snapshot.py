@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from mesh.connection import MeshConnection
+from mesh.lifecycle import Lifecycle
 from mesh.registry.events import (
     AGENT_DOWN,
     AGENT_EVENTS,
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 ChangeHook = Callable[[str], None]
 
 
-class AgentSnapshot:
+class AgentSnapshot(Lifecycle):
     """Live agents with their capability data, load, instances and tokens."""
 
     def __init__(self, conn: MeshConnection, *, snapshot_id: str | None = None) -> None:

@@ -16,13 +16,14 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, new_id, now_ms
 
 logger = logging.getLogger(__name__)
 
 
-class BidCollector:
+class BidCollector(Lifecycle):
     """Sends calls for bids and gathers the answers."""
 
     def __init__(self, conn: MeshConnection, publisher: Publisher) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from mesh.connection import MeshConnection
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.batcher import QueryBatcher
@@ -47,7 +48,7 @@ _STRATEGIES: dict[str, Strategy] = {
 }
 
 
-class SemanticSelector:
+class SemanticSelector(Lifecycle):
     """The semantic router's choice of agent. ``await start()`` before the router consumes."""
 
     def __init__(
@@ -79,9 +80,14 @@ class SemanticSelector:
         memory = ExampleMemory(conn.redis, conn.keys, s.example_memory_size)
         self.ledger = OutcomeLedger(conn, memory, self.breakers)
         self.keeper = IndexKeeper(conn, embedder, snapshot, self.index, self.ledger, self.publisher)
+        self._started = False
 
     # --- life cycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        """Load the index and follow the mesh; a second call does nothing."""
+        if self._started:
+            return
+        self._started = True
         await self.publisher.start()
         await self.bids.start()
         await self.keeper.start()
@@ -91,6 +97,7 @@ class SemanticSelector:
         )
 
     async def close(self) -> None:
+        self._started = False
         await self.keeper.close()
         await self.batcher.close()
         await self.bids.close()

@@ -22,6 +22,7 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher, waiter, waiter_of
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
@@ -138,7 +139,7 @@ def death_reason(headers: dict[str, Any]) -> str:
     return "unknown"
 
 
-class RouterService:
+class RouterService(Lifecycle):
     """One router: `await start()`, then it consumes until `await close()`."""
 
     def __init__(self, conn: MeshConnection, selector: Selector | None = None) -> None:
@@ -158,6 +159,9 @@ class RouterService:
         self._acks = AckBatcher()
 
     async def start(self) -> None:
+        """Declare the topology and consume the router queue; a second call does nothing."""
+        if self._queue is not None:
+            return
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
