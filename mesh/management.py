@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any
 
 from mesh.config import Settings, mask_url
-from mesh.errors import ServiceUnavailable
+from mesh.errors import ConfigError, ServiceUnavailable
 from schemas.codec import loads
 
 
@@ -37,6 +37,12 @@ class Management:
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and method == "DELETE":
                 return None
+            if exc.code in (401, 403):
+                raise ConfigError(
+                    f"the RabbitMQ management API at {self._masked} refused the login "
+                    f"(HTTP {exc.code}): set MESH_MANAGEMENT_URL to a user with the "
+                    "management tag, e.g. http://USER:PASS@127.0.0.1:15672/"
+                ) from None
             raise
         except (urllib.error.URLError, OSError):
             raise ServiceUnavailable(

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mesh.cli._broker import namespace_exists
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
@@ -30,12 +31,30 @@ SPEC_EXAMPLE = "e.g. agents.support:refunds or agents.support:*"
 async def serve(settings: Settings, name: str, starter: Starter) -> int:
     """Connect, run `starter` (which returns its stop coroutine), wait for SIGINT/SIGTERM."""
     conn = await connect(settings, name=name)
+    if not await namespace_exists(conn):
+        # the services are what creates a namespace; say so, a mistyped one shows here
+        logger.warning(
+            "namespace %r does not exist on the broker yet: %s declares it "
+            "(check MESH_NAMESPACE if that is unexpected)",
+            settings.namespace,
+            name,
+        )
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_event.set)
     try:
-        stop = await starter(conn)
+        # a signal while starting (a worker waits for a registry to answer) ends the start
+        starting = asyncio.ensure_future(starter(conn))
+        signalled = asyncio.ensure_future(stop_event.wait())
+        await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        if not starting.done():
+            logger.warning("%s interrupted while starting", name)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return 130
+        stop = starting.result()
         print(f"{name} running (namespace {settings.namespace}); Ctrl-C to stop", flush=True)
         await stop_event.wait()
         logger.info("%s stopping", name)

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mesh.cli._args import require_router_stack
 from mesh.config import Settings
+from mesh.errors import CalibrationDataError
 from mesh.router.calibrate import (
-    CalibrationDataError,
     CalibrationReport,
     load_agents,
     load_labelled,
@@ -56,6 +57,7 @@ class _Progress:
 
 
 def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    require_router_stack()
     progress = _Progress()
     try:
         agents = load_agents(args.agents)
@@ -64,7 +66,7 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
         learn = load_labelled(args.learn, known) if args.learn else []
     except CalibrationDataError as exc:
         print(f"mesh calibrate: {exc}", file=sys.stderr)
-        return 2
+        return 2  # the files named on the command line are unusable: a usage error
     progress(f"loading embedding model {settings.embedding_model}")
     embedder = build_embedder(settings)
     embedder.start()

@@ -9,11 +9,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
+from mesh.cli._args import require_router_stack
+from mesh.cli._runner import put_on_path
 from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.errors import ConfigError
+
+#: the example agents the demo runs (in the repository, not installed with the library)
+DEMO_MODULE = "agents/support.py"
 
 REQUESTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("I'd like to send back the headphones I bought, they are broken", {"order_id": "A-1001"}),
@@ -26,11 +33,37 @@ REQUESTS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="run the mesh in one process and route a few requests")
-    p.add_argument("--namespace", default=None, help="default: demo-<time> (cleaned up after)")
+    p.add_argument(
+        "--namespace",
+        default=None,
+        help="namespace to run in (default: demo-<time>, created and cleaned up after)",
+    )
+    p.add_argument(
+        "--app-dir",
+        default=None,
+        help="the repository holding agents/support.py (default: the current directory, "
+        "else the checkout mesh runs from)",
+    )
     p.set_defaults(func=_run)
 
 
+def demo_dir(app_dir: str | None) -> str:
+    """Where `agents.support` is imported from: `app_dir`, the cwd, or mesh's own checkout."""
+    if app_dir is not None:
+        return app_dir
+    checkout = Path(__file__).resolve().parents[2]
+    for folder in (Path.cwd(), checkout):
+        if (folder / DEMO_MODULE).is_file():
+            return str(folder)
+    raise ConfigError(
+        f"mesh demo runs the example agents of the repository ({DEMO_MODULE}): run it from "
+        "the repository root or pass --app-dir"
+    )
+
+
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    require_router_stack()
+    put_on_path(demo_dir(args.app_dir))
     namespace = args.namespace or f"demo-{int(time.time())}"
     settings = settings.model_copy(update={"namespace": namespace})
     return asyncio.run(_demo(settings))

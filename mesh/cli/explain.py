@@ -11,6 +11,8 @@ import asyncio
 import sys
 from typing import Any
 
+from mesh.cli._args import add_create_flag, int_range, require_router_stack
+from mesh.cli._broker import require_namespace
 from mesh.cli.request import parse_tags
 from mesh.config import Settings
 from mesh.connection import connect
@@ -25,13 +27,18 @@ def register(sub: Any) -> None:
     p = sub.add_parser("explain", help="rank the live agents for a text, with the score parts")
     p.add_argument("text", help="the capability text of a task")
     p.add_argument("--tag", action="append", default=[], metavar="K=V", help="required tag")
-    p.add_argument("--exclude", action="append", default=[], metavar="AGENT_ID")
-    p.add_argument("--limit", type=int, default=15, help="rows to show")
+    p.add_argument(
+        "--exclude", action="append", default=[], metavar="AGENT_ID",
+        help="leave this agent out, as a reroute would (repeat)",
+    )
+    p.add_argument("--limit", type=int_range(1), default=15, help="rows to show (default 15)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_create_flag(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    require_router_stack()
     return asyncio.run(_explain(args, settings))
 
 
@@ -40,6 +47,7 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
 
     tags = parse_tags(args.tag)
     async with await connect(settings, name="mesh-explain") as conn:
+        await require_namespace(conn, create=args.create)
         print("explain: loading the model and the live agents...", file=sys.stderr, flush=True)
         selector, stop = await build_selector(conn)
         try:

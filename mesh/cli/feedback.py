@@ -7,22 +7,27 @@ import asyncio
 import sys
 from typing import Any
 
+from mesh.cli._broker import require_namespace
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.errors import UnknownTask
 from mesh.messaging import Publisher
-from mesh.router.feedback import UnknownTask, give_feedback
+from mesh.router.feedback import give_feedback
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("feedback", help="tell the router whether a routed task went well")
-    p.add_argument("task_id")
-    p.add_argument("verdict", choices=("good", "bad"))
+    p.add_argument("task_id", help="the task_id of a routed task (from its Result)")
+    p.add_argument(
+        "verdict", choices=("good", "bad"), help="good: learn from it; bad: count against it"
+    )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         async with await connect(settings, name="mesh-feedback") as conn:
+            await require_namespace(conn, create=False, can_create=False)
             publisher = Publisher(conn)
             await publisher.start()
             try:

@@ -2,6 +2,10 @@
 
 Each sub-command is a module of `mesh.cli` exposing ``register(subparsers)``; it adds its
 parser and sets ``func`` to a callable ``(args, settings) -> int`` (an exit code).
+
+Exit codes: 0 done, 1 a failure (a service down, a broker refusal, a bad setting), 2 a
+usage error (a flag or argument; the line names it), 130 interrupted. Every error is one
+line on stderr; ``-vv`` adds the library logs behind it.
 """
 
 from __future__ import annotations
@@ -11,9 +15,14 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
+import aio_pika
+
+from mesh.cli._args import ROUTER_HINT, ROUTER_STACK, USAGE, MeshArgumentParser, UsageError
+from mesh.cli._broker import describe_channel_error
 from mesh.config import Settings
-from mesh.errors import ConfigError, ServiceUnavailable
+from mesh.errors import MeshError
 
 #: sub-command modules, in the order `mesh --help` lists them
 COMMAND_MODULES = (
@@ -33,13 +42,52 @@ COMMAND_MODULES = (
 )
 
 
+#: loggers that report what the mesh says again in one sentence (shown with -vv)
+NOISY_LOGGERS = ("aiormq.connection", "aio_pika.robust_connection", "aio_pika.connection")
+
+def version() -> str:
+    try:
+        return metadata.version("agent-reach")
+    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mesh", description="Agent-Reach mesh")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = MeshArgumentParser(
+        prog="mesh",
+        description="Agent-Reach: a RabbitMQ worker mesh for AI agents. Settings come from "
+        "MESH_* environment variables (and a .env file in the current directory).",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)"
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"mesh (agent-reach) {version()}",
+        help="print the installed agent-reach version and exit",
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to run"
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    describe(parser)
     return parser
+
+
+def describe(parser: argparse.ArgumentParser) -> None:
+    """Give each sub-command's page (``mesh CMD --help``) its one-line help as description."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                if child.description is None:
+                    child.description = helps.get(name)
+                describe(child)
+
+
+def missing_router_stack(exc: ModuleNotFoundError) -> bool:
+    """Whether `exc` is a module of the `router` extra that this install lacks."""
+    return (exc.name or "").split(".")[0] in ROUTER_STACK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,16 +99,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.verbose < 2:
         # the mesh reports connection failures itself, in one sentence
-        for noisy in ("aiormq.connection",):
+        for noisy in NOISY_LOGGERS:
             logging.getLogger(noisy).setLevel(logging.CRITICAL)
     try:
         settings = Settings.from_env()
+    except MeshError as exc:
+        return fail(exc)
+    try:
         code: int = args.func(args, settings)
-    except (ConfigError, ServiceUnavailable) as exc:
-        print(f"mesh: {exc}", file=sys.stderr)
-        return 1
+    except UsageError as exc:
+        return fail(exc, USAGE)
+    except MeshError as exc:
+        return fail(exc)
+    except aio_pika.exceptions.AMQPError as exc:
+        return fail(describe_channel_error(exc, settings))
+    except ModuleNotFoundError as exc:
+        if not missing_router_stack(exc):
+            raise
+        return fail(f"{ROUTER_HINT} (no module {exc.name!r})")
     except KeyboardInterrupt:
         return 130
+    return code
+
+
+def fail(error: object, code: int = 1) -> int:
+    """Print `error` as the one line ``mesh: ...`` on stderr; return `code`."""
+    print(f"mesh: {error}", file=sys.stderr)
     return code
 
 

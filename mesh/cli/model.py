@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import time
 
+from mesh.cli._args import require_router_stack
 from mesh.config import Settings
 from mesh.router.embedding import FastEmbedder
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("model", help="manage the router's embedding model")
-    sub = parser.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+    sub = parser.add_subparsers(
+        dest="model_command", required=True, metavar="ACTION", help="prepare"
+    )
     prepare = sub.add_parser(
         "prepare",
         help="convert and load the embedding model (MESH_EMBEDDING_MODEL, MESH_MODEL_CACHE_DIR)",
@@ -21,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def prepare_model(args: argparse.Namespace, settings: Settings) -> int:
     """Build the model directory if needed, load it, embed one query; print what was used."""
+    require_router_stack()
     embedder = FastEmbedder.from_settings(settings)
     if embedder.is_usem3:
         from mesh.router.usem_onnx import ensure_usem3_model, model_dir_name

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from mesh.cli._args import int_range, positive_float, require_router_stack
 from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
 from mesh.config import Settings
 from mesh.connection import MeshConnection
@@ -39,16 +40,27 @@ def register(sub: Any) -> None:
         "--app-dir", default=None, help="directory put first on sys.path (default: the cwd)"
     )
     p.add_argument(
-        "--concurrency", type=int, default=None, help="max_concurrency of every hosted agent"
+        "--concurrency",
+        type=int_range(1),
+        default=None,
+        help="max_concurrency of every hosted agent (default: each Agent's own)",
     )
     p.add_argument(
-        "--instance-id", default=None, help="default: <agent_id>-<random>; one agent only"
+        "--instance-id",
+        default=None,
+        help="the instance's id (default: <agent_id>-<random>); one agent only",
     )
-    p.add_argument("--grace-s", type=float, default=30.0, help="drain time on shutdown")
+    p.add_argument(
+        "--grace-s",
+        type=positive_float,
+        default=30.0,
+        help="seconds in-flight tasks get to finish on shutdown (default 30)",
+    )
     p.set_defaults(func=_worker)
 
 
 def _router(args: argparse.Namespace, settings: Settings) -> int:
+    require_router_stack()
     from mesh.services import start_router
 
     async def starter(conn: MeshConnection) -> Stop:

@@ -13,9 +13,11 @@ from schemas.export import JSON_DIR, render, write
 
 def register(sub: Any) -> None:
     p = sub.add_parser("schemas", help="export the JSON Schemas of the wire contracts")
-    ssub = p.add_subparsers(dest="action", required=True)
+    ssub = p.add_subparsers(dest="action", required=True, metavar="ACTION", help="export")
     e = ssub.add_parser("export", help="write schemas/json/*.schema.json")
-    e.add_argument("--out", type=Path, default=JSON_DIR)
+    e.add_argument(
+        "--out", type=Path, default=JSON_DIR, help=f"target directory (default {JSON_DIR})"
+    )
     e.add_argument("--check", action="store_true", help="exit 1 if the files differ")
     e.set_defaults(func=_export)
 

@@ -15,7 +15,7 @@ from schemas.codec import dumps
 
 def register(sub: Any) -> None:
     p = sub.add_parser("task", help="show a task's state history (times, who moved it)")
-    p.add_argument("task_id")
+    p.add_argument("task_id", help="the task's id (from its Result or `mesh request`)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.set_defaults(func=_run)
 

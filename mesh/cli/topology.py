@@ -14,16 +14,29 @@ from mesh.topology import Topology
 from schemas.codec import dumps
 
 DEFAULT_PATH = Path("infra/definitions.json")
+#: the namespace of the committed definitions file
+DEFAULT_NAMESPACE: str = Settings.model_fields["namespace"].default
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("topology", help="export or declare the AMQP topology")
-    tsub = p.add_subparsers(dest="action", required=True)
+    tsub = p.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="export or declare"
+    )
     e = tsub.add_parser("export", help="write RabbitMQ definitions (import_definitions format)")
-    e.add_argument("--out", type=Path, default=DEFAULT_PATH)
+    e.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"target file (default {DEFAULT_PATH}, which always holds namespace "
+        f"{DEFAULT_NAMESPACE!r})",
+    )
     e.add_argument("--check", action="store_true", help="exit 1 if the file differs")
     e.set_defaults(func=_export)
-    d = tsub.add_parser("declare", help="declare every exchange and queue on the broker")
+    d = tsub.add_parser(
+        "declare",
+        help="declare every exchange and queue of MESH_NAMESPACE on the broker (creates it)",
+    )
     d.set_defaults(func=_declare)
 
 
@@ -36,16 +49,28 @@ def render(settings: Settings) -> bytes:
 
 
 def _export(args: argparse.Namespace, settings: Settings) -> int:
+    out: Path = args.out or DEFAULT_PATH
+    if args.out is None and settings.namespace != DEFAULT_NAMESPACE:
+        # the committed file is the default namespace's: another namespace must not
+        # replace it (nor make --check tell the user to)
+        print(
+            f"mesh: {DEFAULT_PATH} holds namespace {DEFAULT_NAMESPACE!r}, not "
+            f"MESH_NAMESPACE={settings.namespace!r}: using {DEFAULT_NAMESPACE!r} "
+            "(pass --out to export another namespace)",
+            file=sys.stderr,
+        )
+        settings = settings.model_copy(update={"namespace": DEFAULT_NAMESPACE})
     data = render(settings)
     if args.check:
-        current = args.out.read_bytes() if args.out.exists() else b""
+        current = out.read_bytes() if out.exists() else b""
         if current != data:
-            print(f"{args.out} is out of date: run `mesh topology export`", file=sys.stderr)
+            again = "" if args.out is None else f" --out {out}"
+            print(f"{out} is out of date: run `mesh topology export{again}`", file=sys.stderr)
             return 1
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(data)
-    print(f"wrote {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    print(f"wrote {out}")
     return 0
 
 

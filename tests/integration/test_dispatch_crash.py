@@ -15,6 +15,7 @@ from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
+from schemas import new_id
 from tests.agents_for_tests import LeaseMembership, effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
@@ -62,13 +63,18 @@ async def test_worker_killed_mid_task_completes_exactly_once(
     victim = await _spawn_worker(settings, "effect-victim")
     add_cleanup(lambda: victim.returncode is None and victim.kill())
     async with MeshClient(conn) as client:
+        task_id = new_id()
         pending = asyncio.ensure_future(
-            client.request("work", {"sleep_s": 1.0}, target="effect", timeout_ms=20_000, wait_s=25)
+            client.request(
+                "work", {"sleep_s": 2.0}, target="effect", timeout_ms=20_000, wait_s=25,
+                task_id=task_id,
+            )
         )
         runs = conn.keys.side_effect
+
         # the victim has started the handler (it counts runs before sleeping)
         async def started() -> bool:
-            return bool([k async for k in conn.redis.scan_iter(match=runs("runs:*"))])
+            return bool(await conn.redis.get(runs(f"runs:{task_id}")))
 
         await wait_until(started, timeout=10)
         victim.send_signal(signal.SIGKILL)
@@ -84,13 +90,17 @@ async def test_worker_killed_mid_task_completes_exactly_once(
         )
         result = await pending
         recovered_s = asyncio.get_running_loop().time() - killed_at
-        await asyncio.sleep(0.5)  # room for a wrong second Result to show up
+        # a later task through the same router and worker: its Result comes after any
+        # second Result of the first task the survivor would have sent
+        probe = await client.request("probe", target="effect", timeout_ms=10_000, wait_s=15)
     assert result.status == "completed"
     assert result.instance_id == "effect-survivor"
-    assert client.results_received == 1
+    assert probe.status == "completed"
+    assert client.results_received == 2  # the task and the probe
+    assert client.conflicting_results == 0  # a copy may come back; never a different one
     assert int(await conn.redis.get(runs(f"runs:{result.task_id}"))) == 2  # killed + rerun
     assert int(await conn.redis.get(runs(f"work:{result.task_id}"))) == 1  # applied once
-    assert int(await conn.redis.get(runs("total"))) == 1
+    assert int(await conn.redis.get(runs("total"))) == 2  # the task once, the probe once
     history = await TaskStore(conn.redis, conn.keys, settings).history(result.task_id)
     assert [h["state"] for h in history][-4:] == [
         "processing",

@@ -153,8 +153,15 @@ async def test_graceful_deregistration_is_down_at_once(
     assert inst is not None and inst.status == "down" and inst.down_reason == "deregistered"
     with pytest.raises(StaleFencingToken):
         await check_token(conn.redis, conn.keys, "bye", reg.instance_id, token)
-    # the sweep does not report it a second time
-    await asyncio.sleep(0)  # let any queued event land before counting
+    # the sweep does not report it a second time: an instance registered after it, whose
+    # lease then lapses, is reported by a sweep that ran after the first lease would have
+    # ended too; by then a second report of the first would have landed
+    later = await session(conn, add_cleanup, registration("bye-later"))
+    later.suspend_heartbeats()
+    (_, lapsed), *_ = await wait_until(
+        lambda: log.find("agent.down", later.instance_id), timeout=conn.settings.lease_ttl_s + 3
+    )
+    assert lapsed.data["reason"] == "lease_expired"
     assert len(log.find("agent.down", reg.instance_id)) == 1
 
 
