@@ -33,6 +33,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -552,10 +553,17 @@ async def warm_up(client: BenchClient, targets: Sequence[str]) -> None:
     )
 
 
+#: `--router-code`: another checkout whose router runs instead (before/after comparisons)
+ROUTER_CODE: str | None = None
+
+
 def router_env() -> dict[str, str]:
     """Routers fall back to the first agent (as a deployment would), so a query below the
     similarity threshold still completes and the load stays on the routed path."""
-    return {"MESH_FALLBACK_AGENT": agent_ids(0, 1)[0]}
+    env = {"MESH_FALLBACK_AGENT": agent_ids(0, 1)[0]}
+    if ROUTER_CODE:
+        env["PYTHONPATH"] = ROUTER_CODE
+    return env
 
 
 def start_mesh_workers(children: Children, n: int, per_process: int, handler_ms: float) -> None:
@@ -853,6 +861,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--big-per-process", type=int, default=250, help="agents per worker process")
     p.add_argument("--handler-ms", type=float, default=0.0, help="handler sleep (ms)")
     p.add_argument("--skip-raw", action="store_true")
+    p.add_argument(
+        "--router-code",
+        default=None,
+        help="run the routers from this checkout (e.g. an older commit) to compare",
+    )
     p.add_argument("--tiny", action="store_true", help="a smoke run of a few seconds a point")
     p.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
     args = p.parse_args(argv)
@@ -881,8 +894,16 @@ async def run_all(args: argparse.Namespace) -> Outcome:
     return outcome
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    global ROUTER_CODE
     args = parse_args(argv)
+    ROUTER_CODE = args.router_code
+    # SIGTERM unwinds like Ctrl-C: the children are stopped and the namespace purged
+    signal.signal(signal.SIGTERM, _interrupt)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         outcome = asyncio.run(run_all(args))
