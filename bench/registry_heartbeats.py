@@ -44,8 +44,14 @@ def registry_process(overrides: dict[str, Any], pipe: Connection) -> None:
                 command = await asyncio.to_thread(pipe.recv)
                 if command == "stop":
                     break
-                pipe.send((time.process_time(), service.stats["heartbeats"], time.monotonic(),
-                           dict(service.stats)))
+                pipe.send(
+                    (
+                        time.process_time(),
+                        service.stats["heartbeats"],
+                        time.monotonic(),
+                        dict(service.stats),
+                    )
+                )
             await service.close()
 
     asyncio.run(main())

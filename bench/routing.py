@@ -50,11 +50,13 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float, floa
         base = rng.standard_normal(DIM)
         examples = _unit(base + 0.5 * rng.standard_normal((5, DIM)))
         index.add(
-            f"agent-{i}", _unit(base), examples, tags={"team": str(i % 7)},
+            f"agent-{i}",
+            _unit(base),
+            examples,
+            tags={"team": str(i % 7)},
             keywords=(f"kw{i}",),
             stats=AgentStats(load=i % 3, max_concurrency=4, completed=i % 10),
-            texts=[f"handles requests about {_words(rng, 4)}"]
-            + [_words(rng, 8) for _ in range(5)],
+            texts=[f"handles requests about {_words(rng, 4)}"] + [_words(rng, 8) for _ in range(5)],
         )
     fit = index.fit_directions()
     if not fit.fitted:  # too large to fit: install a random head to time that path
@@ -96,16 +98,16 @@ def embedding_latency() -> tuple[str, float, float]:
         t0 = time.perf_counter()
         embedder.embed([text])
         times[i] = time.perf_counter() - t0
-    return embedder.model_id, float(np.percentile(times, 50) * 1e3), float(
-        np.percentile(times, 99) * 1e3
+    return (
+        embedder.model_id,
+        float(np.percentile(times, 50) * 1e3),
+        float(np.percentile(times, 99) * 1e3),
     )
 
 
 def main() -> int:
     rng = np.random.default_rng(0)
-    print(
-        f"decision time, embedding excluded (median of {ROUNDS} rounds of {QUERIES} queries)"
-    )
+    print(f"decision time, embedding excluded (median of {ROUNDS} rounds of {QUERIES} queries)")
     for n in SIZES:
         p50, p99, worst = decision_times(n, rng)
         print(

@@ -54,9 +54,14 @@ DATA = Path(__file__).resolve().parent / "data" / "clinc150"
 
 def run(learn: bool) -> dict[str, object]:
     cmd = [
-        sys.executable, "-m", "mesh.cli.main", "calibrate",
-        "--agents", str(DATA / "agents.json"),
-        "--labelled", str(DATA / "val.jsonl"),
+        sys.executable,
+        "-m",
+        "mesh.cli.main",
+        "calibrate",
+        "--agents",
+        str(DATA / "agents.json"),
+        "--labelled",
+        str(DATA / "val.jsonl"),
         "--json",
     ]
     if learn:

@@ -64,7 +64,9 @@ def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
         want = " or ".join(f"{s}://" for s in schemes)
         return f"{mask_url_safe(url)!r} should start with {want}"
     if parts.scheme != "unix" and not parts.hostname:
-        return f"{mask_url_safe(url)!r} names no host (expected {schemes[0]}://USER:PASS@HOST:PORT/)"
+        return (
+            f"{mask_url_safe(url)!r} names no host (expected {schemes[0]}://USER:PASS@HOST:PORT/)"
+        )
     if port == 0:
         return f"{mask_url_safe(url)!r} has port 0"
     return None

@@ -46,7 +46,8 @@ class Management:
             raise
         except (urllib.error.URLError, OSError):
             raise ServiceUnavailable(
-                "RabbitMQ management API", self._masked,
+                "RabbitMQ management API",
+                self._masked,
                 "enable it with `rabbitmq-plugins enable rabbitmq_management` (infra/up.sh does)",
             ) from None
         return loads(body) if body else None

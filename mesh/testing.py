@@ -68,9 +68,7 @@ class _Lease:
 class _Effects:
     """Side-effect counters, applied once per (task_id, name), refused on a stale lease."""
 
-    def __init__(
-        self, lease: _Lease, totals: Counter[str], applied: set[tuple[str, str]]
-    ) -> None:
+    def __init__(self, lease: _Lease, totals: Counter[str], applied: set[tuple[str, str]]) -> None:
         self.lease = lease
         self.totals = totals
         self.applied = applied
@@ -223,9 +221,7 @@ class AgentHarness:
         handler = handler_step(agent.require_handler())
         deps = self._deps(agent)
         if envelope.deadline_ms is None:
-            envelope = envelope.model_copy(
-                update={"deadline_ms": now_ms() + envelope.timeout_ms}
-            )
+            envelope = envelope.model_copy(update={"deadline_ms": now_ms() + envelope.timeout_ms})
         while True:
             holder = Holder(deps.instance_id, self._lease_of(deps).token, fenced=True)
             self.runs.append(envelope)

@@ -36,9 +36,7 @@ class LeaseMembership:
     def token(self) -> int:
         return self._token
 
-    async def start(
-        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
-    ) -> None:
+    async def start(self, load: Callable[[], int], stuck: Callable[[], int] | None = None) -> None:
         self._token = await issue_token(self.conn.redis, self.conn.keys, self.agent_id)
         await self._write()
         self._renew = asyncio.create_task(self._renew_loop())

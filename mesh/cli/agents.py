@@ -23,9 +23,9 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_agents)
 
 
-def rows(agents: dict[str, AgentState], now_ms: int, *, live_only: bool = False) -> list[
-    dict[str, Any]
-]:
+def rows(
+    agents: dict[str, AgentState], now_ms: int, *, live_only: bool = False
+) -> list[dict[str, Any]]:
     """One JSON-ready row per instance, agents by id, instances by id."""
     out: list[dict[str, Any]] = []
     for agent_id in sorted(agents):

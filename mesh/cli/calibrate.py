@@ -70,9 +70,7 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
     progress(f"loading embedding model {settings.embedding_model}")
     embedder = build_embedder(settings)
     embedder.start()
-    report = run_calibration(
-        agents, labelled, embedder, settings, learn=learn, progress=progress
-    )
+    report = run_calibration(agents, labelled, embedder, settings, learn=learn, progress=progress)
     progress.done()
     if args.json:
         print(json.dumps({"model_id": embedder.model_id, **report.as_dict()}))

@@ -19,8 +19,18 @@ from mesh.connection import connect
 from mesh.router.scoring import Candidate, Decision
 from schemas.codec import dumps
 
-COLUMNS = ("agent_id", "similarity", "semantic", "keyword", "load", "idle", "history",
-           "priority", "total", "filtered")
+COLUMNS = (
+    "agent_id",
+    "similarity",
+    "semantic",
+    "keyword",
+    "load",
+    "idle",
+    "history",
+    "priority",
+    "total",
+    "filtered",
+)
 
 
 def register(sub: Any) -> None:
@@ -28,7 +38,10 @@ def register(sub: Any) -> None:
     p.add_argument("text", help="the capability text of a task")
     p.add_argument("--tag", action="append", default=[], metavar="K=V", help="required tag")
     p.add_argument(
-        "--exclude", action="append", default=[], metavar="AGENT_ID",
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="AGENT_ID",
         help="leave this agent out, as a reroute would (repeat)",
     )
     p.add_argument("--limit", type=int_range(1), default=15, help="rows to show (default 15)")
@@ -56,11 +69,19 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
             await stop()
     rows = decision.candidates(args.limit)
     if args.json:
-        print(dumps({
-            "text": args.text, "threshold": decision.threshold, "chosen": decision.agent_id,
-            "strategy": decision.strategy, "runner_up": decision.runner_up,
-            "reason": reason(decision, rows), "candidates": [c.as_dict() for c in rows],
-        }).decode())
+        print(
+            dumps(
+                {
+                    "text": args.text,
+                    "threshold": decision.threshold,
+                    "chosen": decision.agent_id,
+                    "strategy": decision.strategy,
+                    "runner_up": decision.runner_up,
+                    "reason": reason(decision, rows),
+                    "candidates": [c.as_dict() for c in rows],
+                }
+            ).decode()
+        )
         return 0
     if not rows:
         print("no agents are registered and live")
@@ -92,9 +113,11 @@ def reason(decision: Decision, rows: list[Candidate]) -> str:
             )
         return "no eligible agent"
     win = next((c for c in rows if c.agent_id == decision.agent_id), None)
-    what = {"best": "highest total", "arbitrated": "near tie arbitrated by similarity, "
-            "then load, then success rate", "explore": "cold-start exploration"}.get(
-        decision.strategy, decision.strategy)
+    what = {
+        "best": "highest total",
+        "arbitrated": "near tie arbitrated by similarity, then load, then success rate",
+        "explore": "cold-start exploration",
+    }.get(decision.strategy, decision.strategy)
     detail = f" (total {win.total:.3f}, similarity {win.similarity:.3f})" if win else ""
     runner = f"; runner-up {decision.runner_up}" if decision.runner_up else ""
     return f"{decision.agent_id} wins by {what}{detail}{runner}"

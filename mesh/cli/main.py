@@ -45,6 +45,7 @@ COMMAND_MODULES = (
 #: loggers that report what the mesh says again in one sentence (shown with -vv)
 NOISY_LOGGERS = ("aiormq.connection", "aio_pika.robust_connection", "aio_pika.connection")
 
+
 def version() -> str:
     try:
         return metadata.version("agent-reach")
@@ -62,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)"
     )
     parser.add_argument(
-        "--version", action="version", version=f"mesh (agent-reach) {version()}",
+        "--version",
+        action="version",
+        version=f"mesh (agent-reach) {version()}",
         help="print the installed agent-reach version and exit",
     )
     sub = parser.add_subparsers(

@@ -53,9 +53,7 @@ async def issue_token(redis: Any, keys: Keys, agent_id: str) -> int:
     return int(await redis.incr(keys.fence(agent_id)))
 
 
-async def check_token(
-    redis: Any, keys: Keys, agent_id: str, instance_id: str, token: int
-) -> None:
+async def check_token(redis: Any, keys: Keys, agent_id: str, instance_id: str, token: int) -> None:
     """Raise `StaleFencingToken` unless `token` is the current, live token of the instance."""
     answer = int(await redis.eval(_CHECK_LUA, 1, keys.instance(instance_id), token))
     if answer != -1:

@@ -134,8 +134,9 @@ class RegistryService(Lifecycle):
                     details={"errors": [{"loc": "(type)", "msg": f"unknown type {kind!r}"}]},
                 )
         except TRANSIENT:
-            logger.warning("registry %s: %s message not handled", self.registry_id, kind,
-                           exc_info=True)
+            logger.warning(
+                "registry %s: %s message not handled", self.registry_id, kind, exc_info=True
+            )
 
     def _on_heartbeat(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -156,8 +157,13 @@ class RegistryService(Lifecycle):
             await self._reply(
                 message,
                 protocol.ERROR,
-                dumps({"code": "invalid_registration", "message": str(exc),
-                       "details": exc.as_details()}),
+                dumps(
+                    {
+                        "code": "invalid_registration",
+                        "message": str(exc),
+                        "details": exc.as_details(),
+                    }
+                ),
             )
             await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
             return
@@ -200,8 +206,10 @@ class RegistryService(Lifecycle):
                 max_concurrency=int(_text(concurrency)),
             )
         except ValidationError as exc:
-            problems = [(".".join(str(p) for p in e["loc"]) or "(body)", e["msg"])
-                        for e in exc.errors(include_url=False)]
+            problems = [
+                (".".join(str(p) for p in e["loc"]) or "(body)", e["msg"])
+                for e in exc.errors(include_url=False)
+            ]
             raise _invalid(body, *problems[0], more=problems[1:]) from None
         except (ValueError, TypeError) as exc:
             raise _invalid(body, "(body)", f"not an A2A Agent Card: {exc}") from None
@@ -259,31 +267,43 @@ class RegistryService(Lifecycle):
             try:
                 renewals = await self.store.renew([b for b, _ in batch])
             except TRANSIENT:
-                logger.warning("registry %s: %d heartbeats not applied", self.registry_id,
-                               len(batch), exc_info=True)
+                logger.warning(
+                    "registry %s: %d heartbeats not applied",
+                    self.registry_id,
+                    len(batch),
+                    exc_info=True,
+                )
                 continue
             self.stats["batches"] += 1
             self.stats["heartbeats"] += len(batch)
             for (beat, reply_to), r in zip(batch, renewals, strict=True):
                 if r.code == "renewed":
                     self._renewed[beat.instance_id] = (
-                        beat.instance_id, beat.agent_id, beat.token,
-                        r.lease_expires_ms, beat.in_flight, beat.max_concurrency,
+                        beat.instance_id,
+                        beat.agent_id,
+                        beat.token,
+                        r.lease_expires_ms,
+                        beat.in_flight,
+                        beat.max_concurrency,
                     )
                     continue
                 self.stats["lost"] += 1
                 if r.code == "lapsed":
                     await self._report_down(
-                        beat.agent_id, beat.instance_id, beat.token,
-                        r.lease_expires_ms, r.last_heartbeat_ms,
+                        beat.agent_id,
+                        beat.instance_id,
+                        beat.token,
+                        r.lease_expires_ms,
+                        r.last_heartbeat_ms,
                     )
                 await self._lease_lost(beat, reply_to)
 
     async def _lease_lost(self, beat: Beat, reply_to: str | None) -> None:
         if not reply_to or self._channel is None:
             return
-        logger.info("lease lost agent=%s instance=%s token=%d", beat.agent_id,
-                    beat.instance_id, beat.token)
+        logger.info(
+            "lease lost agent=%s instance=%s token=%d", beat.agent_id, beat.instance_id, beat.token
+        )
         await self._channel.default_exchange.publish(
             aio_pika.Message(
                 protocol.lease_lost_body(beat.instance_id, beat.token),
@@ -315,8 +335,11 @@ class RegistryService(Lifecycle):
             lapses = await self.store.sweep()
             for lapse in lapses:
                 await self._report_down(
-                    lapse.agent_id, lapse.instance_id, lapse.token,
-                    lapse.lease_expires_ms, lapse.last_heartbeat_ms,
+                    lapse.agent_id,
+                    lapse.instance_id,
+                    lapse.token,
+                    lapse.lease_expires_ms,
+                    lapse.last_heartbeat_ms,
                 )
             claimed += len(lapses)
             if len(lapses) < SWEEP_BATCH:
@@ -329,11 +352,20 @@ class RegistryService(Lifecycle):
         self._renewed.pop(instance_id, None)
         logger.warning(
             "lease lapsed agent=%s instance=%s token=%d last_heartbeat_ms=%d",
-            agent_id, instance_id, token, last_hb,
+            agent_id,
+            instance_id,
+            token,
+            last_hb,
         )
         await self.publisher.emit(
-            down_event(agent_id, instance_id, token, "lease_expired",
-                       lease_expires_ms=expires, last_heartbeat_ms=last_hb)
+            down_event(
+                agent_id,
+                instance_id,
+                token,
+                "lease_expired",
+                lease_expires_ms=expires,
+                last_heartbeat_ms=last_hb,
+            )
         )
 
     async def publish_leases(self) -> None:

@@ -82,9 +82,7 @@ class RegistrySession:
             raise NotStarted("RegistrySession.start() was not awaited (no fencing token yet)")
         return self._token
 
-    async def start(
-        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
-    ) -> None:
+    async def start(self, load: Callable[[], int], stuck: Callable[[], int] | None = None) -> None:
         """Register (retrying while no registry answers), then heartbeat `load()` and
         `stuck()` (tasks in flight that will not settle by themselves)."""
         if self._channel is not None:
@@ -160,7 +158,8 @@ class RegistrySession:
     # --- registration ------------------------------------------------------------------------
     async def _register(self) -> None:
         stop = (
-            stop_never if self.register_timeout_s is None
+            stop_never
+            if self.register_timeout_s is None
             else stop_after_delay(self.register_timeout_s)
         )
         retrying = AsyncRetrying(
@@ -235,7 +234,10 @@ class RegistrySession:
             return
         logger.warning(
             "lease lost agent=%s instance=%s token=%d (%s); re-registering",
-            self.agent_id, self.instance_id, token, how,
+            self.agent_id,
+            self.instance_id,
+            token,
+            how,
         )
         self._relogin_task = asyncio.create_task(self._register())
 

@@ -100,9 +100,7 @@ class AgentSnapshot(Lifecycle):
     def live_agents(self, at_ms: int | None = None) -> list[AgentState]:
         """Agents with at least one live instance now (lapsed leases excluded)."""
         now = now_ms() if at_ms is None else at_ms
-        return [
-            a for a in self._agents.values() if a.registration is not None and a.is_live(now)
-        ]
+        return [a for a in self._agents.values() if a.registration is not None and a.is_live(now)]
 
     def agent(self, agent_id: str) -> AgentState | None:
         """The agent as known (live or not); check `AgentState.is_live` before routing."""
@@ -126,8 +124,12 @@ class AgentSnapshot(Lifecycle):
             elif event.type == AGENT_DOWN:
                 self._apply_down(event)
         except (ValidationError, KeyError, ValueError, TypeError):
-            logger.warning("snapshot %s: bad %s event ignored", self.snapshot_id,
-                           message.routing_key, exc_info=True)
+            logger.warning(
+                "snapshot %s: bad %s event ignored",
+                self.snapshot_id,
+                message.routing_key,
+                exc_info=True,
+            )
 
     def _apply_up(self, event: Event) -> None:
         registration, inst = instance_from_up(event)
@@ -196,9 +198,7 @@ class AgentSnapshot(Lifecycle):
     ) -> AgentState | None:
         if old is None:
             return new
-        result = AgentState(
-            old.agent_id, (new.registration if new else None) or old.registration
-        )
+        result = AgentState(old.agent_id, (new.registration if new else None) or old.registration)
         for iid in set(old.instances) | set(new.instances if new else {}):
             mine = old.instances.get(iid)
             theirs = new.instances.get(iid) if new else None
@@ -207,8 +207,9 @@ class AgentSnapshot(Lifecycle):
                 if mine is not None and recent:
                     result.instances[iid] = mine
                 continue
-            if mine is not None and (mine.token > theirs.token or (recent and mine.token ==
-                                                                   theirs.token)):
+            if mine is not None and (
+                mine.token > theirs.token or (recent and mine.token == theirs.token)
+            ):
                 result.instances[iid] = mine
             else:
                 result.instances[iid] = theirs

@@ -157,7 +157,11 @@ def build_index(
     for reg in registrations:
         cap, examples = embed_registration(embedder, reg.capability_text, reg.examples)
         index.add(
-            reg.agent_id, cap, examples, tags=reg.tags, keywords=reg.keywords,
+            reg.agent_id,
+            cap,
+            examples,
+            tags=reg.tags,
+            keywords=reg.keywords,
             texts=[reg.capability_text, *reg.examples],
         )
     return index
@@ -313,9 +317,7 @@ def run_calibration(
     """Build, learn, refit, route every labelled text and report (see module docstring)."""
     say = progress or (lambda _msg: None)
     say(f"embedding {len(registrations)} agents")
-    index = build_index(
-        registrations, embedder, memory_size=settings.example_memory_size, fit=fit
-    )
+    index = build_index(registrations, embedder, memory_size=settings.example_memory_size, fit=fit)
     used = 0
     if learn:
         vecs = _embed(embedder, [r.text for r in learn], batch_size, say, "learning rows")

@@ -47,7 +47,11 @@ async def give_feedback(
     )
     counted = answer != COUNTED_BEFORE
     await publisher.emit(
-        Event(type="route.feedback", task_id=task_id, agent_id=agent_id,
-              data={"good": good, "counted": counted})
+        Event(
+            type="route.feedback",
+            task_id=task_id,
+            agent_id=agent_id,
+            data={"good": good, "counted": counted},
+        )
     )
     return agent_id, counted

@@ -390,9 +390,7 @@ class CapabilityIndex:
         gone = self._entries[row]
         self._unindex(gone)
         self._lexical.remove_agent(int(self._lex_slots[row]))
-        self._lex_texts -= len(gone.texts) + sum(
-            t is not None for t in gone.learned_texts.values()
-        )
+        self._lex_texts -= len(gone.texts) + sum(t is not None for t in gone.learned_texts.values())
         last = len(self._entries) - 1
         if row != last:
             moved = self._entries[last]
@@ -579,8 +577,10 @@ class CapabilityIndex:
         fitted_rows = {a: i for i, a in enumerate(result.agents)}
         for row, entry in enumerate(self._entries):
             i = fitted_rows.get(entry.agent_id)
-            if head is not None and i is not None and result.agents[entry.agent_id] == (
-                entry.registered
+            if (
+                head is not None
+                and i is not None
+                and result.agents[entry.agent_id] == (entry.registered)
             ):
                 self._head.set_row(row, head, i)
             else:

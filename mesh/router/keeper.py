@@ -138,13 +138,22 @@ class IndexKeeper:
                 self.index.set_stats(agent_id, AgentStats(status="down"))
             return
         reg = state.registration
-        signature = (reg.capability_text, tuple(reg.examples), tuple(sorted(reg.tags.items())),
-                     tuple(reg.keywords))
+        signature = (
+            reg.capability_text,
+            tuple(reg.examples),
+            tuple(sorted(reg.tags.items())),
+            tuple(reg.keywords),
+        )
         if self._registered.get(agent_id) != signature or agent_id not in self.index:
             vectors = await self.vectors.embed([reg.capability_text, *reg.examples])
             self.index.add(
-                agent_id, vectors[0], vectors[1:], tags=reg.tags, keywords=reg.keywords,
-                stats=self.stats_of(state, now), texts=[reg.capability_text, *reg.examples],
+                agent_id,
+                vectors[0],
+                vectors[1:],
+                tags=reg.tags,
+                keywords=reg.keywords,
+                stats=self.stats_of(state, now),
+                texts=[reg.capability_text, *reg.examples],
             )
             self._registered[agent_id] = signature
             self._memory_dirty.add(agent_id)
@@ -235,7 +244,11 @@ class IndexKeeper:
             self.ledger.merge(agent_id, memory)
             vectors = await self.vectors.embed(list(memory.texts))
             self.index.set_memory(
-                agent_id, vectors, seen=memory.seen, bad=memory.bad, texts=list(memory.texts),
+                agent_id,
+                vectors,
+                seen=memory.seen,
+                bad=memory.bad,
+                texts=list(memory.texts),
                 slots=list(memory.slots),
             )
             state = self.snapshot.agent(agent_id)

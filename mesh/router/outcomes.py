@@ -120,7 +120,9 @@ class OutcomeLedger:
             for task_id, d in routes:
                 key = self.conn.keys.outcome(task_id)
                 record: dict[FieldT, EncodableT] = {
-                    "agent_id": d.agent_id, "text": d.text, "rerouted": int(d.rerouted)
+                    "agent_id": d.agent_id,
+                    "text": d.text,
+                    "rerouted": int(d.rerouted),
                 }
                 pipe.hset(key, mapping=record)
                 pipe.expire(key, ROUTE_RECORD_TTL_S)

@@ -227,8 +227,20 @@ def score(
         agent_id: str | None, strategy: Strategy, runner_up: str | None = None
     ) -> Decision:
         return Decision(
-            agent_id, strategy, weights.threshold, index.ids, sim, semantic, kw, load, idle,
-            history, priority, total, code, runner_up,
+            agent_id,
+            strategy,
+            weights.threshold,
+            index.ids,
+            sim,
+            semantic,
+            kw,
+            load,
+            idle,
+            history,
+            priority,
+            total,
+            code,
+            runner_up,
         )
 
     eligible = np.flatnonzero(code == 0)

@@ -44,7 +44,9 @@ logger = logging.getLogger(__name__)
 EXPLAIN_LIMIT = 5
 #: decision strategies as the route names them
 _STRATEGIES: dict[str, Strategy] = {
-    "best": "semantic", "arbitrated": "arbitration", "explore": "exploration"
+    "best": "semantic",
+    "arbitrated": "arbitration",
+    "explore": "exploration",
 }
 
 
@@ -93,7 +95,9 @@ class SemanticSelector(Lifecycle):
         await self.keeper.start()
         logger.info(
             "semantic selector ready: %d agents, model=%s threshold=%.3f",
-            len(self.index), self.embedder.model_id, self.threshold,
+            len(self.index),
+            self.embedder.model_id,
+            self.threshold,
         )
 
     async def close(self) -> None:
@@ -119,8 +123,13 @@ class SemanticSelector(Lifecycle):
                 blocked[index.row(agent_id)] = True
         while True:
             decision = score(
-                index, query, self.weights, query_text=capability,
-                required_tags=required_tags, rng=self.rng, blocked=blocked,
+                index,
+                query,
+                self.weights,
+                query_text=capability,
+                required_tags=required_tags,
+                rng=self.rng,
+                blocked=blocked,
             )
             chosen = decision.agent_id
             if chosen is None or self.keeper.is_live(chosen):
@@ -165,8 +174,11 @@ class SemanticSelector(Lifecycle):
     async def _bid_or_fallback(
         self, envelope: TaskEnvelope, decision: Decision, explain: dict[str, Any]
     ) -> RouteChoice | None:
-        candidates = [a for a in decision.bid_candidates(self.settings.bid_top_k)
-                      if a not in envelope.excluded_agents]
+        candidates = [
+            a
+            for a in decision.bid_candidates(self.settings.bid_top_k)
+            if a not in envelope.excluded_agents
+        ]
         if candidates:
             left = (envelope.deadline_ms or now_ms() + envelope.timeout_ms) - now_ms()
             window = min(self.settings.bid_window_ms, max(left // 4, 0))
@@ -175,17 +187,20 @@ class SemanticSelector(Lifecycle):
             if winner is not None:
                 return RouteChoice(
                     winner.agent_id,
-                    RouteInfo(strategy="bid", score=winner.confidence,
-                              low_confidence=winner.confidence
-                              < self.settings.low_confidence_threshold),
+                    RouteInfo(
+                        strategy="bid",
+                        score=winner.confidence,
+                        low_confidence=winner.confidence < self.settings.low_confidence_threshold,
+                    ),
                     explain,
                 )
         fallback = self.settings.fallback_agent
         if fallback and fallback not in envelope.excluded_agents and self.keeper.is_live(fallback):
             return RouteChoice(
                 fallback,
-                RouteInfo(strategy="fallback", score=decision.best_similarity(),
-                          low_confidence=True),
+                RouteInfo(
+                    strategy="fallback", score=decision.best_similarity(), low_confidence=True
+                ),
                 explain,
             )
         return None

@@ -458,8 +458,9 @@ class RouterService(Lifecycle):
         # only now, with the publish confirmed, does the dispatch count (breaker probe,
         # load, learning): a dispatch that did not happen leaves no trace in them
         self.selector.dispatched(sent, choice)
-        await self._emit(sent, ("dispatched",), {"route": choice.route.model_dump()},
-                         agent_id=choice.agent_id)
+        await self._emit(
+            sent, ("dispatched",), {"route": choice.route.model_dump()}, agent_id=choice.agent_id
+        )
         await self._emit_decision(sent, choice, route_ms)
         logger.debug(
             "dispatched task_id=%s agent=%s strategy=%s score=%s route_ms=%.2f",

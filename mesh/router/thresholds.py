@@ -35,7 +35,9 @@ def default_threshold(model_id: str) -> float:
             return value
     logger.warning(
         "no calibrated threshold for model_id=%s; using %.2f (run `mesh calibrate` and set "
-        "MESH_SIMILARITY_THRESHOLD)", model_id, GENERIC_THRESHOLD,
+        "MESH_SIMILARITY_THRESHOLD)",
+        model_id,
+        GENERIC_THRESHOLD,
     )
     return GENERIC_THRESHOLD
 

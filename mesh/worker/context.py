@@ -89,9 +89,7 @@ class TaskContext:
         Raises:
             StaleFencingToken: this instance no longer holds the task's claim.
         """
-        applied = await self._deps.effects.apply_once(
-            self.task_id, self.holder, name, amount
-        )
+        applied = await self._deps.effects.apply_once(self.task_id, self.holder, name, amount)
         if applied < 0:
             raise StaleFencingToken(self.agent_id, self.token, None)
         return applied == 1

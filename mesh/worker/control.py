@@ -87,4 +87,3 @@ class ControlConsumer(Lifecycle):
         channel, self._channel = self._channel, None
         if channel is not None and not channel.is_closed:
             await channel.close()
-

@@ -18,9 +18,7 @@ class Membership(Protocol):
     @property
     def token(self) -> int: ...
 
-    async def start(
-        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
-    ) -> None:
+    async def start(self, load: Callable[[], int], stuck: Callable[[], int] | None = None) -> None:
         """Register (retrying while the registry is not there yet), then heartbeat `load()`
         and `stuck()`."""
 
@@ -42,9 +40,7 @@ class StaticMembership:
     def token(self) -> int:
         return self._token
 
-    async def start(
-        self, load: Callable[[], int], stuck: Callable[[], int] | None = None
-    ) -> None:
+    async def start(self, load: Callable[[], int], stuck: Callable[[], int] | None = None) -> None:
         return None
 
     async def check(self, token: int) -> None:

@@ -118,7 +118,9 @@ class LoopAlertMiddleware(WorkerMiddleware):
             envelope, ctx = run.envelope, run.ctx
             logger.warning(
                 "loop: trace_id=%s visited agent=%s %d times",
-                envelope.trace_id, ctx.agent_id, run.visits,
+                envelope.trace_id,
+                ctx.agent_id,
+                run.visits,
             )
             await self.emit(
                 Event(
@@ -178,7 +180,9 @@ def _guarded(hook: WorkerMiddleware, call_next: CallNext) -> CallNext:
         except Exception:
             logger.critical(
                 "worker middleware %s failed task_id=%s; the task goes on without it",
-                hook.name, run.task_id, exc_info=True,
+                hook.name,
+                run.task_id,
+                exc_info=True,
             )
             if inner:
                 return inner[-1]

@@ -88,8 +88,13 @@ def terminal_result(
         )
     if outcome.kind == "reject":
         return error_result(
-            envelope, "rejected", "rejected", outcome.message, outcome.details,
-            timings=timings, **ids,
+            envelope,
+            "rejected",
+            "rejected",
+            outcome.message,
+            outcome.details,
+            timings=timings,
+            **ids,
         )
     return error_result(
         envelope,
@@ -140,9 +145,7 @@ def check_output(output: object, max_bytes: int) -> Outcome:
     try:
         size = len(dumps(output))
     except (TypeError, ValueError) as exc:
-        return Outcome(
-            "failed", code=BAD_OUTPUT, message=f"output does not encode: {exc}"[:1000]
-        )
+        return Outcome("failed", code=BAD_OUTPUT, message=f"output does not encode: {exc}"[:1000])
     if size > max_bytes:
         return Outcome(
             "failed",

@@ -151,8 +151,11 @@ class WorkerRuntime(Lifecycle):
                 logger.error(
                     "worker %s: %d task(s) in flight for over %.0fs after their handler "
                     "ended; the instance has %d of %d slots left",
-                    self.instance_id, count, STUCK_AFTER_S,
-                    self.agent.max_concurrency - self.in_flight, self.agent.max_concurrency,
+                    self.instance_id,
+                    count,
+                    STUCK_AFTER_S,
+                    self.agent.max_concurrency - self.in_flight,
+                    self.agent.max_concurrency,
                 )
         return count
 

@@ -44,8 +44,9 @@ class Settler:
         """A redelivery of a task that ran here meanwhile: the run settled it."""
         await quietly(message.ack())
 
-    async def claimed(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
-                      claim: Claim) -> None:
+    async def claimed(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, claim: Claim
+    ) -> None:
         """A claim that is not ``claimed``: done, stale, busy or refused."""
         if claim.status == "done":
             logger.info("task_id=%s already done; not run again", envelope.task_id)
@@ -62,8 +63,9 @@ class Settler:
             logger.info("task_id=%s not run: %s %s", envelope.task_id, claim.status, claim.detail)
             await quietly(message.ack())
 
-    async def defer(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
-                    holder: str) -> None:
+    async def defer(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: str
+    ) -> None:
         """Another instance holds the claim: look again later, through a retry delay queue.
 
         Either the holder finishes (the next look finds the result) or its lease lapses
@@ -77,9 +79,7 @@ class Settler:
         logger.info(
             "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
         )
-        await self._republish(
-            envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: holder}
-        )
+        await self._republish(envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: holder})
         await quietly(message.ack())
 
     async def outage(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
@@ -91,7 +91,8 @@ class Settler:
         """A bug in settling must not wedge the instance: the delivery is settled anyway
         (dead-lettered back to a router, which ends or reroutes the task)."""
         logger.critical(
-            "task_id=%s: settling failed; the delivery is rejected", envelope.task_id,
+            "task_id=%s: settling failed; the delivery is rejected",
+            envelope.task_id,
             exc_info=True,
         )
         await quietly(message.nack(requeue=False))
@@ -159,8 +160,13 @@ class Settler:
         await quietly(message.ack())
         return result
 
-    async def _retry(self, message: AbstractIncomingMessage, envelope: TaskEnvelope,
-                     outcome: Outcome, holder: Holder) -> None:
+    async def _retry(
+        self,
+        message: AbstractIncomingMessage,
+        envelope: TaskEnvelope,
+        outcome: Outcome,
+        holder: Holder,
+    ) -> None:
         deps = self.deps
         attempt = envelope.attempt + 1
         delay = outcome.delay_ms or deps.topology.retry_delay_for(attempt)

@@ -67,9 +67,7 @@ async def test_broker_restart_under_load(mesh_env: Any, add_cleanup: Any) -> Non
     first_after = time.monotonic()
     # a later task through the same router and worker: once its Result is back, any second
     # Result the worker sent for an earlier task has arrived too
-    probe = await client.request(
-        "work", {"n": -1}, target="effect", timeout_ms=30_000, wait_s=40
-    )
+    probe = await client.request("work", {"n": -1}, target="effect", timeout_ms=30_000, wait_s=40)
     assert probe.status == "completed"
     assert [r.status for r in results] == ["completed"] * TASKS
     assert sorted(r.output["n"] for r in results if r.output) == list(range(TASKS))

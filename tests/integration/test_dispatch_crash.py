@@ -66,7 +66,11 @@ async def test_worker_killed_mid_task_completes_exactly_once(
         task_id = new_id()
         pending = asyncio.ensure_future(
             client.request(
-                "work", {"sleep_s": 2.0}, target="effect", timeout_ms=20_000, wait_s=25,
+                "work",
+                {"sleep_s": 2.0},
+                target="effect",
+                timeout_ms=20_000,
+                wait_s=25,
                 task_id=task_id,
             )
         )

@@ -141,9 +141,7 @@ async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
         await publisher.reply(client.reply_to, first)
         assert await waiting == first
         await publisher.reply(client.reply_to, first)
-        await publisher.reply(
-            client.reply_to, Result(task_id=envelope.task_id, status="failed")
-        )
+        await publisher.reply(client.reply_to, Result(task_id=envelope.task_id, status="failed"))
         await wait_until(lambda: client.duplicate_results == 2)
         assert client.results_received == 1 and client.conflicting_results == 1
 
@@ -162,9 +160,7 @@ async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_agai
         first = await client.send(envelope, wait_s=10)
     assert first.status == "completed"
     # workers write the "replied" marks in batches, a few ms after the reply
-    await wait_until(
-        lambda: _replied(store, envelope.task_id), timeout=5
-    )
+    await wait_until(lambda: _replied(store, envelope.task_id), timeout=5)
     states = ("submitted", "routing")
     copy = await store.submit(envelope, redelivered=True, states=states, by="test")
     assert copy.status == "answered"

@@ -17,8 +17,7 @@ async def test_reservoir_stays_bounded_and_counts_every_outcome_once(conn: MeshC
             COUNTED_BEFORE
         )
         assert (
-            await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}")
-            == COUNTED_BEFORE
+            await memory.record("a", f"t{i}", "completed", learn_text=f"text {i}") == COUNTED_BEFORE
         )
     loaded = await memory.load("a")
     assert len(loaded.texts) == 5 and len(set(loaded.texts)) == 5

@@ -300,6 +300,7 @@ async def test_two_instances_of_one_agent_coexist(
     await two.check(two.token)
 
     await two.stop()
+
     def one_left() -> bool:
         twin = snapshot.agent("twin")
         return twin is not None and len(twin.live_instances(now_ms())) == 1

@@ -70,9 +70,7 @@ async def test_release_needs_the_current_token(conn: MeshConnection) -> None:
     assert (await store.release("r-1", old.token))[0] is False
     assert (await store.release("r-1", new.token))[0] is True
     assert (await store.release("r-1", new.token))[0] is False
-    assert [r.code for r in await store.renew([Beat("lease", "r-1", new.token, 0, 1)])] == [
-        "lost"
-    ]
+    assert [r.code for r in await store.renew([Beat("lease", "r-1", new.token, 0, 1)])] == ["lost"]
 
 
 async def test_forgotten_instance_ids_are_pruned_from_their_agent(conn: MeshConnection) -> None:

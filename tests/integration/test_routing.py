@@ -346,7 +346,8 @@ async def test_a_text_one_router_learned_reaches_the_other_without_a_reload(
         assert second.index._lexical.postings_changed - postings == len(grams(text))
         np.testing.assert_allclose(
             second.index.entry("refunds").learned[next(iter(learned))],
-            embedder.embed([text])[0], atol=1e-6,
+            embedder.embed([text])[0],
+            atol=1e-6,
         )
     finally:
         await stop_second()
@@ -368,8 +369,9 @@ async def test_a_dispatch_that_failed_leaves_load_breaker_and_learning_untouched
     assert r.status == "unroutable"
     assert selector.index.stats("refunds").load == load_before
     assert selector.breakers.state("refunds") == "closed"
-    assert not selector.breakers._breakers.get("refunds") or not selector.breakers._breakers[
-        "refunds"
-    ].probing
+    assert (
+        not selector.breakers._breakers.get("refunds")
+        or not selector.breakers._breakers["refunds"].probing
+    )
     assert not selector.ledger.pending
     assert await conn.redis.exists(conn.keys.outcome(r.task_id)) == 0

@@ -85,8 +85,15 @@ async def test_invalid_envelope_answered_and_dead_lettered(
     add_cleanup(router.close)
     channel = await conn.channel()
     reply = await channel.declare_queue(exclusive=True)
-    body = dumps({"task_id": "bad-1", "capability": 42, "priority": 99, "bogus": True,
-                  "reply_to": reply.name})
+    body = dumps(
+        {
+            "task_id": "bad-1",
+            "capability": 42,
+            "priority": 99,
+            "bogus": True,
+            "reply_to": reply.name,
+        }
+    )
     ingress = await channel.get_exchange(conn.topology.ingress, ensure=False)
     await ingress.publish(aio_pika.Message(body), routing_key=conn.topology.ingress_key)
 

@@ -75,8 +75,14 @@ def _echo_agent() -> Agent:
 
 async def _plain_client(settings: Settings, *extra: str) -> list[dict[str, Any]]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PLAIN_CLIENT, settings.amqp_url.get_secret_value(),
-        settings.namespace, *extra, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        sys.executable,
+        "-c",
+        PLAIN_CLIENT,
+        settings.amqp_url.get_secret_value(),
+        settings.namespace,
+        *extra,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 0, err.decode()
@@ -90,7 +96,10 @@ async def test_a_plain_rpc_client_gets_its_results_with_its_correlation_ids(
     await start_worker(conn, add_cleanup, _echo_agent())
     results = {r["correlation_id"]: r for r in await _plain_client(settings)}
     assert results["rpc-1"] == {
-        "correlation_id": "rpc-1", "status": "completed", "output": {"n": 1}, "code": None
+        "correlation_id": "rpc-1",
+        "status": "completed",
+        "output": {"n": 1},
+        "code": None,
     }
     assert results["rpc-2"]["output"] == {"n": 2}
     # an invalid envelope is answered on the property reply_to too, with the error

@@ -93,8 +93,12 @@ def test_check_output_names_the_offending_key_and_type() -> None:
 
 def test_a_stuck_count_shows_in_the_instance_status() -> None:
     base = {
-        "instance_id": "a-1", "agent_id": "a", "token": "3", "status": "up",
-        "lease_expires_ms": str(10**13), "in_flight": "2",
+        "instance_id": "a-1",
+        "agent_id": "a",
+        "token": "3",
+        "status": "up",
+        "lease_expires_ms": str(10**13),
+        "in_flight": "2",
     }
     assert InstanceState.from_hash(base).display_status(0) == "busy"  # type: ignore[union-attr]
     stuck = InstanceState.from_hash({**base, "stuck": "2"})

@@ -59,9 +59,7 @@ async def test_middleware_sees_each_claimed_task_and_a_broken_hook_is_skipped(
     assert result.status == "completed" and result.output == {"echo": {"n": 1}}
     assert seen.runs == [(result.task_id, 1, False, "completed")]
     assert worker.executed == 1 and worker.completed == 1
-    assert any(
-        r.levelname == "CRITICAL" and "Broken" in r.getMessage() for r in caplog.records
-    )
+    assert any(r.levelname == "CRITICAL" and "Broken" in r.getMessage() for r in caplog.records)
     await worker.close()  # closed already: nothing happens
     await worker.drain(1)
 

@@ -31,8 +31,9 @@ async def test_a_failing_batch_fails_its_waiters_only() -> None:
     embedder = Flaky(dim=16)
     embedder.start()
     batcher = QueryBatcher(embedder, batch_size=1)
-    bad, good = await asyncio.gather(batcher.embed("boom"), batcher.embed("fine"),
-                                     return_exceptions=True)
+    bad, good = await asyncio.gather(
+        batcher.embed("boom"), batcher.embed("fine"), return_exceptions=True
+    )
     assert isinstance(bad, RuntimeError)
     assert isinstance(good, np.ndarray)
     await batcher.close()

@@ -47,8 +47,12 @@ class WordEmbedder:
 
 def write_agents(tmp_path: Path) -> Path:
     agents = [
-        {"agent_id": w, "capability_text": f"handles {w}", "examples": [f"{w} please"],
-         "tags": {"kind": "demo"}}
+        {
+            "agent_id": w,
+            "capability_text": f"handles {w}",
+            "examples": [f"{w} please"],
+            "tags": {"kind": "demo"},
+        }
         for w in WORDS
     ]
     path = tmp_path / "agents.json"

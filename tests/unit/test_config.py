@@ -85,8 +85,7 @@ def test_unknown_variable_is_named_once_with_the_closest_setting(
         Settings.from_env(env)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "ignoring unknown setting(s): MESH_FOO, "
-        "MESH_NAMESAPCE (did you mean MESH_NAMESPACE?)"
+        "ignoring unknown setting(s): MESH_FOO, MESH_NAMESAPCE (did you mean MESH_NAMESPACE?)"
     ]
 
 

@@ -14,10 +14,25 @@ from mesh.registry.state import AgentState, InstanceState
 from schemas import Event, Registration, decode, encode
 
 
-def inst(iid: str, *, status: str = "up", expires: int = 2_000, in_flight: int = 0,
-         max_conc: int = 4, token: int = 1) -> InstanceState:
-    return InstanceState(iid, "a", token, status, expires, last_heartbeat_ms=500,
-                         in_flight=in_flight, max_concurrency=max_conc)
+def inst(
+    iid: str,
+    *,
+    status: str = "up",
+    expires: int = 2_000,
+    in_flight: int = 0,
+    max_conc: int = 4,
+    token: int = 1,
+) -> InstanceState:
+    return InstanceState(
+        iid,
+        "a",
+        token,
+        status,
+        expires,
+        last_heartbeat_ms=500,
+        in_flight=in_flight,
+        max_concurrency=max_conc,
+    )
 
 
 def test_liveness_is_decided_at_read_time() -> None:
@@ -30,12 +45,16 @@ def test_liveness_is_decided_at_read_time() -> None:
 
 
 def test_agent_load_sums_live_instances_only() -> None:
-    agent = AgentState("a", None, {
-        "i1": inst("i1", in_flight=2, max_conc=4, token=1),
-        "i2": inst("i2", in_flight=3, max_conc=6, token=2),
-        "i3": inst("i3", in_flight=7, max_conc=8, token=3, status="down"),
-        "i4": inst("i4", in_flight=9, max_conc=8, token=4, expires=500),
-    })
+    agent = AgentState(
+        "a",
+        None,
+        {
+            "i1": inst("i1", in_flight=2, max_conc=4, token=1),
+            "i2": inst("i2", in_flight=3, max_conc=6, token=2),
+            "i3": inst("i3", in_flight=7, max_conc=8, token=3, status="down"),
+            "i4": inst("i4", in_flight=9, max_conc=8, token=4, expires=500),
+        },
+    )
     assert agent.load(1_000) == 5 and agent.capacity(1_000) == 10
     assert agent.tokens(1_000) == {"i1": 1, "i2": 2}
     assert agent.load_ratio(1_000) == 0.5
@@ -44,8 +63,14 @@ def test_agent_load_sums_live_instances_only() -> None:
 
 
 def test_from_hash_reads_bytes_and_refuses_incomplete() -> None:
-    raw = {b"instance_id": b"i", b"agent_id": b"a", b"token": b"3", b"status": b"up",
-           b"lease_expires_ms": b"10", b"in_flight": b"1"}
+    raw = {
+        b"instance_id": b"i",
+        b"agent_id": b"a",
+        b"token": b"3",
+        b"status": b"up",
+        b"lease_expires_ms": b"10",
+        b"in_flight": b"1",
+    }
     parsed = InstanceState.from_hash(raw)
     assert parsed is not None and parsed.token == 3 and parsed.in_flight == 1
     assert InstanceState.from_hash({b"agent_id": b"a"}) is None
@@ -56,18 +81,22 @@ def test_events_round_trip() -> None:
     up = decode(Event, encode(up_event(reg, 5, 1_000, 16_000)))
     got_reg, got = instance_from_up(up)
     assert got_reg == reg
-    assert (got.token, got.lease_expires_ms, got.registered_ms, got.version) == (5, 16_000,
-                                                                                 1_000, "7")
-    down = down_event("a", "i", 5, "deregistered", lease_expires_ms=16_000,
-                      last_heartbeat_ms=1_000)
+    assert (got.token, got.lease_expires_ms, got.registered_ms, got.version) == (
+        5,
+        16_000,
+        1_000,
+        "7",
+    )
+    down = down_event("a", "i", 5, "deregistered", lease_expires_ms=16_000, last_heartbeat_ms=1_000)
     assert down.type == "agent.down" and down.data["reason"] == "deregistered"
     rows_in = [("i", "a", 5, 20_000, 1, 4)]
     assert lease_rows(decode(Event, encode(leases_event(rows_in)))) == rows_in
 
 
 def test_agents_table() -> None:
-    agents = {"a": AgentState("a", None, {"i1": inst("i1", in_flight=1),
-                                          "i2": inst("i2", status="down")})}
+    agents = {
+        "a": AgentState("a", None, {"i1": inst("i1", in_flight=1), "i2": inst("i2", status="down")})
+    }
     table = rows(agents, 1_000)
     assert [r["status"] for r in table] == ["busy", "down"]
     assert table[0]["heartbeat_age_s"] == 0.5 and table[0]["agent_load"] == 1

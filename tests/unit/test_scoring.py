@@ -91,10 +91,12 @@ def test_equal_similarity_arbitrates_by_load_then_success() -> None:
 def test_exploration_is_deterministic_and_picks_cold_agents() -> None:
     index = make(a=AgentStats(completed=100), b=AgentStats(completed=0))
     weights = ScoreWeights.from_settings(Settings(exploration_share=0.5), threshold=0.5)
-    picks = [score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id
-             for s in range(40)]
-    again = [score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id
-             for s in range(40)]
+    picks = [
+        score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id for s in range(40)
+    ]
+    again = [
+        score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id for s in range(40)
+    ]
     assert picks == again
     assert set(picks) == {"a", "b"}
     explored = score(index, vec(1, 0), weights, rng=np.random.default_rng(picks.index("b")))

@@ -18,7 +18,7 @@ from mesh.worker.outcome import Outcome
 from schemas import TaskEnvelope
 
 #: the README's mesh.testing example, exactly as printed there
-README_EXAMPLE = '''\
+README_EXAMPLE = """\
 from mesh import Agent
 from mesh.testing import AgentHarness
 
@@ -36,7 +36,7 @@ async def test_a_redelivered_refund_pays_out_once():
     again = await harness.run({"order_id": "42"}, task_id=first.task_id)
     assert first.output == again.output == {"refund_id": "RF-42"}
     assert harness.effects["refund"] == 1 and len(harness.handoffs) == 1
-'''
+"""
 
 
 async def test_the_readme_example_runs_as_printed() -> None:
@@ -141,7 +141,8 @@ async def test_context_and_handoffs_to_stub_agents() -> None:
         shipped = await ctx.handoff("shipping")
         lost = await ctx.handoff("nobody does this")
         return {
-            "charged": charged.output, "shipped": shipped.output,
+            "charged": charged.output,
+            "shipped": shipped.output,
             "lost": [lost.status, lost.error.code if lost.error else None],
             "by": charged.agent_id,
         }
