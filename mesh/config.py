@@ -168,6 +168,9 @@ class Settings(BaseModel):
     embed_threads: int | None = Field(default=None, ge=1, le=64)
     #: let idle ONNX Runtime threads busy-wait for work (lower latency, burns a core)
     embed_spin: bool = False
+    #: numpy's BLAS threads in a router process (None: leave them as they are); idle
+    #: OpenBLAS threads spin between calls, and fits measured on one thread stay in budget
+    blas_threads: int | None = Field(default=1, ge=1, le=64)
     #: how often the router refits its prototypes when agents or memories changed
     refit_interval_s: float = Field(default=5.0, gt=0)
     #: head refits use at most this share of one core, averaged over time (0.10: 6 s of

@@ -22,6 +22,7 @@ from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.embedding import Embedder, build_embedder
 from mesh.router.selector import SemanticSelector
 from mesh.router.service import RouterService
+from mesh.router.threads import limit_blas_threads
 from mesh.worker.agent import Agent
 from mesh.worker.runtime import WorkerRuntime
 from schemas import new_id
@@ -32,6 +33,7 @@ C = TypeVar("C", bound=Component)
 
 async def start_embedder(settings: Settings) -> Embedder:
     """The configured embedder, loaded (off the event loop: it may convert the model once)."""
+    limit_blas_threads(settings.blas_threads)
     embedder = build_embedder(settings)
     await asyncio.to_thread(embedder.start)
     return embedder

@@ -102,3 +102,18 @@ def test_changed_fastembed_internals_fail_clearly() -> None:
     broken: Any = SimpleNamespace(model=SimpleNamespace(model=None))
     with pytest.raises(ConfigError, match="fastembed internals changed"):
         embedding._rebuild_session(broken, threads=1, spin=False)
+
+
+def test_a_router_process_caps_numpy_blas_threads() -> None:
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from mesh.router.threads import limit_blas_threads
+
+    before = {i["prefix"]: i["num_threads"] for i in threadpool_info()}
+    try:
+        assert not limit_blas_threads(None)
+        assert limit_blas_threads(1)
+        assert all(i["num_threads"] == 1 for i in threadpool_info() if i["user_api"] == "blas")
+    finally:
+        for prefix, n in before.items():
+            threadpool_limits(limits={prefix: n})
