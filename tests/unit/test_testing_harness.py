@@ -24,11 +24,13 @@ from mesh.testing import AgentHarness
 
 refunds = Agent("support.refunds", "Handles refunds of purchased products")
 
+
 @refunds.handler
 async def handle(task, ctx):
     if await ctx.apply_once("refund"):  # a rerun of the same task skips the pay-out
         await ctx.handoff("billing", task.payload)
     return {"refund_id": f"RF-{task.payload['order_id']}"}
+
 
 async def test_a_redelivered_refund_pays_out_once():
     harness = AgentHarness(refunds, stubs={"billing": {"paid": True}})

@@ -1,0 +1,129 @@
+"""The README's examples, run exactly as printed, the way a new user meets them.
+
+- the agent example, saved as ``my_agents.py`` in a fresh folder, runs with
+  ``mesh worker my_agents:refunds`` started from that folder;
+- the client example, saved as a script, gets its answer from that agent;
+- the ``mesh.testing`` example, saved as ``test_my_agents.py`` in the same folder, passes
+  under pytest there;
+- the quick start's demo command runs (the test command is what runs this test).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mesh.config import Settings
+from mesh.management import Management
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+MESH = str(Path(sys.executable).parent / "mesh")
+README = (ROOT / "README.md").read_text()
+
+
+def block_after(heading: str, language: str = "python", marker: str = "") -> str:
+    """The first fenced `language` block after `heading` (and after `marker` within it)."""
+    start = README.index(heading)
+    if marker:
+        start = README.index(marker, start)
+    found = re.compile(rf"```{language}\n(.*?)```", re.S).search(README, start)
+    assert found is not None, f"no {language} block after {heading!r}"
+    return found.group(1)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A fresh folder outside the repository, as a user's project would be."""
+    return tmp_path
+
+
+@pytest.fixture
+def env(settings: Settings) -> Iterator[dict[str, str]]:
+    environ = {**os.environ, "MESH_NAMESPACE": settings.namespace}
+    environ.pop("PYTHONPATH", None)
+    yield environ
+    Management(settings).purge_namespace(settings.namespace)
+
+
+def test_the_agent_and_client_examples_run_as_printed(folder: Path, env: dict[str, str]) -> None:
+    (folder / "my_agents.py").write_text(block_after("## An agent in a few lines"))
+    (folder / "client.py").write_text(
+        block_after("## Running it", marker="From Python (a complete script):")
+    )
+    procs = [
+        subprocess.Popen([MESH, "registry"], cwd=folder, env=env, stdout=subprocess.DEVNULL),
+        subprocess.Popen([MESH, "router"], cwd=folder, env=env, stdout=subprocess.DEVNULL),
+        subprocess.Popen(
+            [MESH, "worker", "my_agents:refunds"],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        ),
+    ]
+    try:
+        # the example waits for its Result; a router still loading its model or a worker
+        # still registering only makes it wait longer
+        done = subprocess.run(
+            [sys.executable, "client.py"],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("completed support.refunds"), done.stdout
+        assert "RF-42" in done.stdout
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path) -> None:
+    (folder / "test_my_agents.py").write_text(block_after("## Testing an agent without a broker"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "asyncio_mode=auto",
+            "test_my_agents.py",
+        ],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_the_quick_start_demo_runs(env: dict[str, str]) -> None:
+    command = block_after("## Quick start", language="bash").splitlines()[0]
+    assert command.startswith("bash infra/demo.sh")
+    done = subprocess.run(
+        command.split("#")[0].split(),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "-> support.refunds" in done.stdout
