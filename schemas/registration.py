@@ -30,6 +30,11 @@ class Registration(WireModel):
     )
     max_concurrency: int = Field(default=4, ge=1, le=10_000)
     priority_bonus: float = Field(default=0.0, ge=-1.0, le=1.0)
+    bids: bool = Field(
+        default=True,
+        description="answers calls for bids; the router calls only agents that do (a call "
+        "to none would wait the whole bid window for nothing)",
+    )
 
 
 class RegistrationAck(WireModel):

@@ -176,9 +176,9 @@ class SemanticSelector(Lifecycle):
     ) -> RouteChoice | None:
         candidates = [
             a
-            for a in decision.bid_candidates(self.settings.bid_top_k)
-            if a not in envelope.excluded_agents
-        ]
+            for a in decision.bid_candidates(len(decision.ids))
+            if a not in envelope.excluded_agents and self._bids(a)
+        ][: self.settings.bid_top_k]
         if candidates:
             left = (envelope.deadline_ms or now_ms() + envelope.timeout_ms) - now_ms()
             window = min(self.settings.bid_window_ms, max(left // 4, 0))
@@ -204,6 +204,11 @@ class SemanticSelector(Lifecycle):
                 explain,
             )
         return None
+
+    def _bids(self, agent_id: str) -> bool:
+        """Does `agent_id` answer calls for bids (its registration says so)?"""
+        state = self.snapshot.agent(agent_id)
+        return state is not None and state.registration is not None and state.registration.bids
 
     # --- readiness -------------------------------------------------------------------------
     async def wait_routable(self, agent_ids: Sequence[str], timeout: float) -> None:

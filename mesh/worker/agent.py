@@ -73,4 +73,5 @@ class Agent:
             examples=self.examples,
             max_concurrency=self.max_concurrency,
             priority_bonus=self.priority_bonus,
+            bids=self.bidder_fn is not None,
         )

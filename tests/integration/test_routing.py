@@ -147,11 +147,15 @@ async def test_fallback_takes_what_nobody_matches_with_low_confidence(
     m = SemanticMesh(conn2, embedder)
     try:
         await m.start(REFUNDS, agent("helpdesk", "General help desk."))
+        tap = await EventTap(conn2, "route.decision").start()
         async with MeshClient(conn2) as client:
             r = await client.request("compose a haiku about the autumn moon", wait_s=20)
         assert r.status == "completed" and r.output == {"by": "helpdesk"}
         assert r.route is not None
         assert r.route.strategy == "fallback" and r.route.low_confidence
+        # neither agent has a bidder: no call for bids waits out its window for nothing
+        await wait_until(lambda: tap.of("route.decision", r.task_id), timeout=5)
+        assert "bids" not in tap.of("route.decision", r.task_id)[0].data
     finally:
         await m.close()
 
