@@ -576,25 +576,19 @@ def start_mesh_workers(children: Children, n: int, per_process: int, handler_ms:
         )
 
 
+def spawn_raw_router(children: Children, i: int, n: int, ready: Path) -> None:
+    """Raw router number `i` over agents 0..n, touching `ready` once it consumes."""
+    cmd = [PYTHON, str(ROOT / "bench" / "raw_pipeline.py"), "router"]
+    cmd += ["--namespace", children.namespace, "--agents", f"0:{n}", "--ready", str(ready)]
+    children.spawn(f"router{i}", cmd)
+
+
 def start_raw(children: Children, n: int, routers: int, ready_dir: Path) -> list[Path]:
     ready = []
     for i in range(routers):
         path = ready_dir / f"raw-router{i}.ready"
         ready.append(path)
-        children.spawn(
-            f"router{i}",
-            [
-                PYTHON,
-                str(ROOT / "bench" / "raw_pipeline.py"),
-                "router",
-                "--namespace",
-                children.namespace,
-                "--agents",
-                f"0:{n}",
-                "--ready",
-                str(path),
-            ],
-        )
+        spawn_raw_router(children, i, n, path)
     for i, piece in enumerate(worker_slices(n, AGENTS_PER_WORKER)):
         path = ready_dir / f"raw-worker{i}.ready"
         ready.append(path)
@@ -733,20 +727,7 @@ async def add_routers(
     for i in range(have, routers):
         if kind == "raw":
             path = log_dir / f"raw-router{i}.ready"
-            children.spawn(
-                f"router{i}",
-                [
-                    PYTHON,
-                    str(ROOT / "bench" / "raw_pipeline.py"),
-                    "router",
-                    "--namespace",
-                    children.namespace,
-                    "--agents",
-                    f"0:{n_agents}",
-                    "--ready",
-                    str(path),
-                ],
-            )
+            spawn_raw_router(children, i, n_agents, path)
         else:
             children.spawn(f"router{i}", [MESH, "router"], router_env())
     queue = conn.topology.router_queue

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from types import TracebackType
 from urllib.parse import urlsplit
 
 import aio_pika
@@ -19,6 +18,7 @@ from redis.exceptions import RedisError
 from mesh.config import Settings
 from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
 from mesh.keys import Keys
+from mesh.lifecycle import Lifecycle
 from mesh.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDI
 Redis = redis_asyncio.Redis
 
 
-class MeshConnection:
+class MeshConnection(Lifecycle):
     """The broker and Redis handles of one process, plus the names of its namespace."""
 
     def __init__(self, settings: Settings, name: str = "mesh") -> None:
@@ -148,16 +148,11 @@ class MeshConnection:
         if client is not None:
             await client.aclose()
 
-    async def __aenter__(self) -> MeshConnection:
+    async def start(self) -> MeshConnection:
+        """`open()` unless connected already (what ``async with`` calls)."""
+        if self._amqp is None:
+            await self.open()
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return (
