@@ -205,6 +205,10 @@ class SemanticSelector(Lifecycle):
             )
         return None
 
+    def is_live(self, agent_id: str) -> bool:
+        """Does `agent_id` hold a live lease now (the snapshot, at read time)?"""
+        return self.keeper.is_live(agent_id)
+
     def _bids(self, agent_id: str) -> bool:
         """Does `agent_id` answer calls for bids (its registration says so)?"""
         state = self.snapshot.agent(agent_id)

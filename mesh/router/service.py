@@ -87,6 +87,10 @@ class Selector(Protocol):
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None: ...
 
+    def is_live(self, agent_id: str) -> bool:
+        """Does `agent_id` hold a live lease (an instance that takes its queue)?"""
+        ...
+
 
 class NoSelector:
     """Used until semantic routing is configured: only `target` envelopes are routable."""
@@ -96,6 +100,9 @@ class NoSelector:
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
         return None
+
+    def is_live(self, agent_id: str) -> bool:
+        return False  # unknown without a snapshot: an expired dispatch is rerouted
 
 
 def decision_event(
@@ -250,8 +257,13 @@ class RouterService(Lifecycle):
             await self._invalid(exc, reply_to, correlation_id)
             return
         returned_from = self.topology.agent_of_routing_key(routing_key)
+        #: a live agent whose queue held the dispatch past the accept timeout (a backlog)
+        backlog: str | None = None
+        returned = envelope
         if returned_from is not None and "x-death" in headers:
             reason = death_reason(headers)
+            if reason == "expired" and self.selector.is_live(returned_from):
+                backlog = returned_from
             # a target is the only candidate: when nobody took it in time (a busy or
             # reconnecting worker) it is tried again; a rejection or a poison delivery
             # limit excludes it, like any other agent
@@ -274,7 +286,17 @@ class RouterService(Lifecycle):
             returned_from = None
             envelope = self._stamp(envelope, reply_to, correlation_id)
         ending = self._ending(envelope)
-        choice = None if ending is not None else await self._choose(envelope)
+        patient = False
+        if backlog is not None and backlog == envelope.target:
+            choice = None  # the target's own queue is where it will be served
+        else:
+            choice = None if ending is not None else await self._choose(envelope)
+        if backlog is not None and choice is None and self.time_left_ms(envelope) > 0:
+            # the accept timeout is for agents that take no work; this one is live and
+            # works through a backlog: back into its queue, waiting up to the deadline,
+            # and it does not count as a reroute (another agent was tried first)
+            envelope, ending, patient = returned, None, True
+            choice = RouteChoice(backlog, returned.route or RouteInfo(strategy="target"))
         if ending is None and choice is None:
             ending = no_agent(envelope)
         agent = choice.agent_id if choice is not None else ""
@@ -299,7 +321,7 @@ class RouterService(Lifecycle):
             await self.end(envelope, body, *ending)
             return
         assert choice is not None
-        await self.dispatch(envelope, choice, body, received)
+        await self.dispatch(envelope, choice, body, received, patient=patient)
 
     async def _admit(
         self, envelope: TaskEnvelope, redelivered: bool, dispatch: tuple[str, ...], agent: str
@@ -414,12 +436,19 @@ class RouterService(Lifecycle):
         return await self.selector.select(envelope)
 
     async def dispatch(
-        self, envelope: TaskEnvelope, choice: RouteChoice, raw: bytes, received: float
+        self,
+        envelope: TaskEnvelope,
+        choice: RouteChoice,
+        raw: bytes,
+        received: float,
+        *,
+        patient: bool = False,
     ) -> None:
         """Publish a recorded dispatch (state ``dispatched`` already); on an unbound agent
         key, exclude that agent and choose again."""
         while True:
-            expiration = min(self.settings.accept_timeout_ms, self.time_left_ms(envelope))
+            left = self.time_left_ms(envelope)
+            expiration = left if patient else min(self.settings.accept_timeout_ms, left)
             key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
             sent = envelope.model_copy(update={"route": choice.route})
             try:

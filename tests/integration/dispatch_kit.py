@@ -31,6 +31,12 @@ class OrderedSelector:
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
         return None
 
+    def is_live(self, agent_id: str) -> bool:
+        return agent_id in self.live
+
+    #: agents this selector reports live (a test's stand-in for the registry's snapshot)
+    live: frozenset[str] = frozenset()
+
 
 async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:
     """The mesh topology plus a queue for each agent that nobody consumes: dispatches to
