@@ -9,6 +9,7 @@ then a `route.feedback` event tells every router to reload that agent's memory.
 
 from __future__ import annotations
 
+import asyncio
 from typing import cast
 
 from mesh.connection import MeshConnection
@@ -21,15 +22,31 @@ from schemas import Event
 ROUTE_RECORD_TTL_S = 86_400
 
 
+#: routers write routing records in batches (`mesh.router.outcomes`), every 50 ms: feedback
+#: given right after the Result may arrive first, so a missing record is looked up again
+RECORD_WAIT_S = 2.0
+
+
+async def _route_record(conn: MeshConnection, task_id: str) -> dict[bytes, bytes]:
+    key = conn.keys.outcome(task_id)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + RECORD_WAIT_S
+    while True:
+        raw = cast(dict[bytes, bytes], await conn.redis.hgetall(key))
+        if raw or loop.time() >= end:
+            return raw
+        await asyncio.sleep(0.05)
+
+
 async def give_feedback(
     conn: MeshConnection, publisher: Publisher, task_id: str, good: bool
 ) -> tuple[str, bool]:
     """Record feedback on `task_id`; returns (agent_id, counted) -- False if given before.
 
     Raises:
-        UnknownTask: the task has no routing record.
+        UnknownTask: the task has no routing record (looked up for `RECORD_WAIT_S`).
     """
-    raw = cast(dict[bytes, bytes], await conn.redis.hgetall(conn.keys.outcome(task_id)))
+    raw = await _route_record(conn, task_id)
     if not raw:
         raise UnknownTask(
             f"no routing record for task_id={task_id!r}: it was not routed semantically "
