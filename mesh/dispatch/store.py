@@ -316,7 +316,6 @@ class ReplyMarks:
         self.store = store
         self.interval_s = interval_s
         self._pending: list[str] = []
-        self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     def mark(self, task_id: str) -> None:

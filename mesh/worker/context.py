@@ -64,11 +64,6 @@ class TaskContext:
             raise NotStarted("no Redis client here: mesh.testing runs handlers without one")
         return self._deps.redis
 
-    @property
-    def _runtime(self) -> TaskDeps:
-        """Deprecated: handlers reached ``ctx._runtime.conn.keys``; use `keys`."""
-        return self._deps
-
     def time_left_ms(self) -> int:
         """Milliseconds until the task's deadline (negative once it has passed)."""
         deadline = self.envelope.deadline_ms

@@ -63,8 +63,6 @@ class TaskDeps:
     client: Callable[[], Awaitable[HandoffClient]]
     #: the worker's Redis client (None without one, as in `mesh.testing`)
     redis: Any = None
-    #: the worker's `MeshConnection` (None in `mesh.testing`); kept for old handlers only
-    conn: Any = None
 
 
 @dataclass(frozen=True, slots=True)

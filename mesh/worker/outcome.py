@@ -126,35 +126,33 @@ def check_output(output: object, max_bytes: int) -> Outcome:
     """A handler's return value as an outcome: completed, or failed ``bad_handler_output``
     naming what cannot travel (not a dict, a value that is not plain JSON, too large)."""
     if not isinstance(output, dict):
-        return Outcome(
-            "failed",
-            code=BAD_OUTPUT,
-            message=f"handler returned {type(output).__name__}, expected dict",
-            details={"type": type(output).__name__},
-        )
+        kind = type(output).__name__
+        return _bad_output(f"handler returned {kind}, expected dict", type=kind)
     problem = json_problem(output)
     if problem is not None:
         key, kind = problem
-        return Outcome(
-            "failed",
-            code=BAD_OUTPUT,
-            message=f"{key} is a {kind}, which JSON cannot encode; return plain dicts, "
+        return _bad_output(
+            f"{key} is a {kind}, which JSON cannot encode; return plain dicts, "
             "lists, strings, numbers, booleans and None",
-            details={"key": key, "type": kind},
+            key=key,
+            type=kind,
         )
     try:
         size = len(dumps(output))
     except (TypeError, ValueError) as exc:
-        return Outcome("failed", code=BAD_OUTPUT, message=f"output does not encode: {exc}"[:1000])
+        return _bad_output(f"output does not encode: {exc}"[:1000])
     if size > max_bytes:
-        return Outcome(
-            "failed",
-            code=BAD_OUTPUT,
-            message=f"output is {size} bytes encoded; the limit is {max_bytes} bytes "
+        return _bad_output(
+            f"output is {size} bytes encoded; the limit is {max_bytes} bytes "
             "(MESH_MAX_PAYLOAD_BYTES)",
-            details={"bytes": size, "limit": max_bytes},
+            bytes=size,
+            limit=max_bytes,
         )
     return Outcome("completed", output=output)
+
+
+def _bad_output(message: str, **details: Any) -> Outcome:
+    return Outcome("failed", code=BAD_OUTPUT, message=message, details=details)
 
 
 def nearest_delay(delays: tuple[int, ...], wanted: int) -> int:

@@ -100,7 +100,6 @@ class WorkerRuntime(Lifecycle):
             fence=self.membership,
             client=self.client,
             redis=conn.redis,
-            conn=conn,
         )
         self.settler = Settler(
             WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied)

@@ -32,7 +32,7 @@ def bouncer(agent_id: str, other: str) -> Agent:
             "parent": task.parent_task_id,
             "trace": task.trace_id,
         }
-        await ctx.redis.rpush(ctx._runtime.conn.keys.side_effect("seen"), dumps(seen))
+        await ctx.redis.rpush(ctx.keys.side_effect("seen"), dumps(seen))
         inner = await ctx.handoff("bounce it back", {"from": agent_id}, target=other)
         return {"inner": inner.model_dump(mode="json")}
 
