@@ -29,6 +29,10 @@ from mesh.errors import ConfigError
 logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "MESH_"
+#: settings whose variable may be set empty to mean None
+_EMPTY_IS_NONE = frozenset(
+    {"similarity_threshold", "fallback_agent", "embed_threads", "blas_threads"}
+)
 #: read from the current directory by `Settings.from_env()`; the environment wins over it
 ENV_FILE = ".env"
 #: URL schemes each connection accepts
@@ -241,7 +245,7 @@ class Settings(BaseModel):
                         f"{ENV_PREFIX}RETRY_DELAYS_MS={raw!r} is not a comma-separated list "
                         "of milliseconds (e.g. 1000,5000,30000)"
                     ) from None
-            elif raw == "" and name in {"similarity_threshold", "fallback_agent", "embed_threads"}:
+            elif raw == "" and name in _EMPTY_IS_NONE:
                 values[name] = None
             else:
                 values[name] = raw

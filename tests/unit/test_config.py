@@ -168,3 +168,8 @@ def test_a_malformed_url_on_the_command_line_is_one_line() -> None:
 def test_retry_delays_that_do_not_parse_name_the_variable() -> None:
     with pytest.raises(ConfigError, match="MESH_RETRY_DELAYS_MS='1s,5s'"):
         Settings.from_env({"MESH_RETRY_DELAYS_MS": "1s,5s"})
+
+
+def test_an_empty_blas_threads_variable_leaves_blas_alone() -> None:
+    assert Settings.from_env({"MESH_BLAS_THREADS": ""}).blas_threads is None
+    assert Settings.from_env({}).blas_threads == 1
