@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up RabbitMQ (with the management plugin) and Redis on loopback; idempotent.
 # Installs the Debian packages when they are absent. Safe to run when both already run: a
-# broker it did not start is not reconfigured (it prints what it would change, and how).
+# broker it did not start keeps its configuration (it prints what it would change, and how);
+# only the management plugin is enabled on it (MESH_KEEP_PLUGINS=1 leaves plugins alone).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SUDO=""
@@ -52,9 +53,11 @@ else
   started_rabbit=1
 fi
 
+# The management plugin is additive (an HTTP API beside AMQP): it is enabled on any broker,
+# ours or not, unless MESH_KEEP_PLUGINS=1 asks to leave the plugins as they are.
 management=1
 if ! $SUDO rabbitmq-plugins -q is_enabled rabbitmq_management >/dev/null 2>&1; then
-  if [ "$started_rabbit" -eq 1 ]; then
+  if [ "$started_rabbit" -eq 1 ] || [ "${MESH_KEEP_PLUGINS:-0}" != "1" ]; then
     say "enabling the management plugin"
     $SUDO rabbitmq-plugins -q enable rabbitmq_management >/dev/null
   else
