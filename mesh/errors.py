@@ -42,6 +42,24 @@ class StaleFencingToken(RegistryError):
         )
 
 
+class EffectUnknown(MeshError):
+    """A side effect guarded by `apply_once` cannot be applied safely: the task's record was
+    lost (Redis restarted without persistence) after the task may already have run, so
+    whether the effect happened is unknown. The task fails with code ``effect_unknown``
+    instead of risking a second application; run Redis with AOF to avoid it."""
+
+    code = "effect_unknown"
+
+    def __init__(self, task_id: str, name: str) -> None:
+        self.task_id = task_id
+        self.name = name
+        super().__init__(
+            f"side effect {name!r} of task {task_id} not applied: the task's record was lost "
+            "after it may have run (Redis restarted without persistence), so whether the effect "
+            "happened is unknown; check it by hand"
+        )
+
+
 class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 
@@ -83,6 +101,7 @@ __all__ = [
     "CalibrationDataError",
     "ConfigError",
     "ContextNotFound",
+    "EffectUnknown",
     "MeshError",
     "NotStarted",
     "RegistryError",

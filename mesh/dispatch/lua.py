@@ -73,8 +73,9 @@ return out
 )
 
 #: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, agent,
-#: states... (a new task follows all of them in one step: submitted, routing and, when the
-#: router chose already, dispatched to `agent`)
+#: recovered ('1': the broker held a task whose record vanished; `APPLY_ONCE` refuses its
+#: side effects), states... (a new task follows all of them in one step: submitted,
+#: routing and, when the router chose already, dispatched to `agent`)
 #: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
 #:    | {'refused', state}
 SUBMIT = (
@@ -102,9 +103,11 @@ if state then
   end
   return {'pending', state}
 end
-local ok, r = advance(KEYS[1], KEYS[2], tail(7), ARGV[2], 'ingress', ARGV[6], ttl)
+local note = ARGV[7] == '1' and 'recovered' or 'ingress'
+local ok, r = advance(KEYS[1], KEYS[2], tail(8), ARGV[2], note, ARGV[6], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
+if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'recovered', '1') end
 if ARGV[3] ~= '' then
   redis.call('SADD', KEYS[3], ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ttl)
@@ -115,9 +118,13 @@ return {'new'}
 
 #: KEYS idem, task, hist, processing, trace visits. ARGV ttl_ms, instance_prefix, me, token,
 #: fenced, redelivered, lifetime_end_ms, agent_id, count_visit ('1': a first run counts one
-#: more visit of the trace to the agent, for loop detection)
-#: -> {'claimed', takeover, visits} | {'done', result, replied} | {'busy', holder}
+#: more visit of the trace to the agent, for loop detection), pristine ('1': a first
+#: delivery of a first dispatch, which nobody can have run), trace_id
+#: -> {'claimed', takeover, visits, recovered} | {'done', result, replied} | {'busy', holder}
 #:    | {'stale'} | {'refused', state}
+#: A task without a record that is not pristine was known before its record vanished (Redis
+#: lost its data, or the record expired): it is marked ``recovered``, and `APPLY_ONCE`
+#: refuses its side effects, since whether they ran is no longer known.
 CLAIM = (
     PRELUDE
     + """
@@ -133,6 +140,17 @@ if h ~= nil then
   takeover = '1'
 end
 local note = takeover == '1' and 'takeover' or ''
+local recovered = '0'
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[2], 'trace_id', ARGV[11])
+  if ARGV[10] ~= '1' then
+    recovered = '1'
+    note = 'recovered'
+    redis.call('HSET', KEYS[2], 'recovered', '1')
+  end
+elseif redis.call('HGET', KEYS[2], 'recovered') == '1' then
+  recovered = '1'
+end
 local ok, r = advance(KEYS[2], KEYS[3], {'accepted', 'processing'}, me, note, ARGV[8], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'holder', me, 'token', token, 'fenced', fenced,
@@ -145,7 +163,7 @@ if ARGV[9] == '1' and takeover == '0' then
   visits = redis.call('HINCRBY', KEYS[5], ARGV[8], 1)
   redis.call('PEXPIRE', KEYS[5], ttl)
 end
-return {'claimed', takeover, visits}
+return {'claimed', takeover, visits, recovered}
 """
 )
 
@@ -191,14 +209,18 @@ return {'ok'}
 """
 )
 
-#: KEYS idem, done_marker, counter. ARGV ttl_ms, instance_prefix, me, token, fenced, amount
-#: -> 1 applied | 0 already applied by this task | -1 stale token (refused)
+#: KEYS idem, done_marker, counter, task. ARGV ttl_ms, instance_prefix, me, token, fenced,
+#: amount -> 1 applied | 0 already applied by this task | -1 stale token (refused)
+#:   | -2 unknown: the task's record was recovered, its earlier markers may be lost (refused)
 APPLY_ONCE = (
     PRELUDE
     + """
 local h = redis.call('HMGET', KEYS[1], 'holder', 'token')
 if h[1] ~= ARGV[3] or h[2] ~= ARGV[4] then return -1 end
 if ARGV[5] == '1' and not fence_ok(ARGV[2] .. ARGV[3], ARGV[4]) then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 0 and redis.call('HGET', KEYS[4], 'recovered') == '1' then
+  return -2
+end
 if redis.call('SET', KEYS[2], ARGV[3], 'NX', 'PX', ARGV[1]) == false then return 0 end
 redis.call('INCRBY', KEYS[3], ARGV[6])
 return 1

@@ -53,6 +53,8 @@ class Claim:
     takeover: bool = False
     #: visits of the task's trace to this agent, this one included (0: not counted)
     visits: int = 0
+    #: the task was known before its record vanished: its side effects are refused
+    recovered: bool = False
     result: Result | None = None
     replied: bool = False
     detail: str = ""
@@ -105,6 +107,7 @@ class TaskStore:
         states: Sequence[str],
         by: str,
         agent_id: str = "",
+        recovered: bool = False,
     ) -> Submission:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
 
@@ -114,6 +117,9 @@ class TaskStore:
         A duplicate's reply_to joins the task's waiters; ``resume`` means a redelivered
         message whose first router died before dispatching it; ``answered`` a redelivered
         message of a finished task whose caller got the Result already.
+
+        `recovered` records a task the broker still held after its record vanished (Redis
+        lost its data): its side effects are refused from then on (`apply_once`).
         """
         k = self.keys
         reply = await self._submit(
@@ -129,6 +135,7 @@ class TaskStore:
                 "1" if redelivered else "0",
                 envelope.trace_id,
                 agent_id,
+                "1" if recovered else "0",
                 *states,
             ],
         )
@@ -165,11 +172,16 @@ class TaskStore:
         redelivered: bool,
         lifetime_end_ms: int,
         count_visit: bool = False,
+        pristine: bool = False,
     ) -> Claim:
         """Claim a task before running it (atomic with its move to ``processing``).
 
         With `count_visit`, a claim that is not a takeover also counts one more visit of the
         task's trace to `agent_id` (loop detection), in the same step.
+
+        `pristine` says the delivery is the first of a first dispatch (not redelivered, no
+        retry, reroute or deferral), so nobody can have run it: when its record is missing it
+        is simply created. Any other delivery without a record is ``recovered``.
         """
         k = self.keys
         reply = await self._claim(
@@ -189,11 +201,18 @@ class TaskStore:
                 lifetime_end_ms,
                 agent_id,
                 "1" if count_visit else "0",
+                "1" if pristine else "0",
+                envelope.trace_id,
             ],
         )
         status = _s(reply[0])
         if status == "claimed":
-            return Claim("claimed", takeover=_s(reply[1]) == "1", visits=int(reply[2]))
+            return Claim(
+                "claimed",
+                takeover=_s(reply[1]) == "1",
+                visits=int(reply[2]),
+                recovered=_s(reply[3]) == "1",
+            )
         if status == "done":
             return Claim("done", result=_result(reply[1]), replied=_s(reply[2]) == "1")
         detail = _s(reply[1]) if len(reply) > 1 else ""
@@ -258,12 +277,18 @@ class TaskStore:
     async def apply_once(self, task_id: str, holder: Holder, name: str, amount: int = 1) -> int:
         """Add `amount` to the side-effect counter `name`, once per task, under the fence.
 
-        Returns 1 (applied), 0 (this task applied it before) or -1 (stale token: refused).
+        Returns 1 (applied), 0 (this task applied it before), -1 (stale token: refused) or
+        -2 (the task's record was recovered after a loss: whether it ran is unknown, refused).
         """
         k = self.keys
         return int(
             await self._apply_once(
-                keys=[k.idem(task_id), k.effect_done(task_id, name), k.side_effect(name)],
+                keys=[
+                    k.idem(task_id),
+                    k.effect_done(task_id, name),
+                    k.side_effect(name),
+                    k.task(task_id),
+                ],
                 args=[
                     self.ttl_ms,
                     k.instance_prefix(),

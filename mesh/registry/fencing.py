@@ -1,8 +1,11 @@
 """Fencing tokens: issued per agent_id, strictly increasing, checked atomically.
 
 Redis layout (keys from `mesh.keys.Keys`):
-- ``fence(agent_id)``: INCR counter, the last token issued for the agent; never reset, so
-  tokens grow across registry restarts and across any number of registry processes.
+- ``fence(agent_id)``: the last token issued for the agent. Each new token is the counter
+  plus one, but never less than Redis' clock in microseconds (`NEXT_TOKEN_LUA`): tokens grow
+  across registry restarts, across any number of registry processes, and across a Redis
+  that restarted empty (the counter is gone, the clock is not), so a token issued after the
+  loss is still greater than every token a live worker holds from before it.
 - ``instance(instance_id)``: hash with at least ``agent_id``, ``token``, ``status``
   (``up``/``down``) and ``lease_expires_ms``.
 
@@ -44,13 +47,30 @@ return tonumber(cur)
 """
 )
 
-#: issue the next token of an agent (atomic; the counter is never reset)
-ISSUE_LUA = "return redis.call('INCR', KEYS[1])"
+#: Lua fragment: ``next_token(fence_key)``, the agent's next token, floored by the clock.
+#: Microseconds keep the floor ahead of any counter (a million tokens a second) and fit a
+#: double exactly until the year 2255.
+NEXT_TOKEN_LUA = """
+local function next_token(fence_key)
+  local t = redis.call('TIME')
+  local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local token = redis.call('INCR', fence_key)
+  if token < floor then
+    token = floor
+    redis.call('SET', fence_key, string.format('%d', token))
+  end
+  return token
+end
+"""
+
+#: issue the next token of an agent (atomic)
+ISSUE_LUA = NEXT_TOKEN_LUA + "return next_token(KEYS[1])"
 
 
 async def issue_token(redis: Any, keys: Keys, agent_id: str) -> int:
-    """Next fencing token of `agent_id`: strictly greater than every one issued before."""
-    return int(await redis.incr(keys.fence(agent_id)))
+    """Next fencing token of `agent_id`: strictly greater than every one issued before,
+    even by a Redis that has since lost its data."""
+    return int(await redis.eval(ISSUE_LUA, 1, keys.fence(agent_id)))
 
 
 async def check_token(redis: Any, keys: Keys, agent_id: str, instance_id: str, token: int) -> None:

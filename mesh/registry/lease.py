@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from mesh.keys import Keys
+from mesh.registry.fencing import NEXT_TOKEN_LUA
 from schemas import Registration, encode
 
 #: how long a down instance stays visible (``mesh agents``) before its hash expires
@@ -36,12 +37,14 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 _GRANT_LUA = (
     _NOW_LUA
+    + NEXT_TOKEN_LUA
     + """
-local token = redis.call('INCR', KEYS[1])
+local token = next_token(KEYS[1])
 local exp = now + tonumber(ARGV[4])
 redis.call('PERSIST', KEYS[2])
 redis.call('HDEL', KEYS[2], 'down_reason', 'down_ms')
-redis.call('HSET', KEYS[2], 'agent_id', ARGV[1], 'instance_id', ARGV[2], 'token', token,
+redis.call('HSET', KEYS[2], 'agent_id', ARGV[1], 'instance_id', ARGV[2],
+  'token', string.format('%d', token),
   'status', 'up', 'lease_expires_ms', exp, 'last_heartbeat_ms', now, 'registered_ms', now,
   'in_flight', 0, 'max_concurrency', ARGV[5], 'version', ARGV[6])
 redis.call('HSET', KEYS[3], 'registration', ARGV[3], 'updated_ms', now)
@@ -181,7 +184,11 @@ class LeaseStore:
         self._sweep = redis.register_script(_SWEEP_LUA)
 
     async def grant(self, registration: Registration) -> Grant:
-        """Register an instance: a new token (strictly greater than any before), lease up."""
+        """Register an instance: a new token (strictly greater than any before), lease up.
+
+        The token is floored by Redis' clock (`NEXT_TOKEN_LUA`), so it stays greater than
+        every earlier one even after Redis lost its data.
+        """
         k = self.keys
         agent_id, iid = registration.agent_id, registration.instance_id
         token, now, exp = await self._grant(

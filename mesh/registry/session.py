@@ -116,6 +116,19 @@ class RegistrySession:
                 self._lease_lost(token, "fencing check")
             raise
 
+    async def renew(self, stale_token: int, timeout_s: float) -> bool:
+        """Re-register once for every task that found `stale_token` refused, and wait up to
+        `timeout_s` for the new token: the tasks then claim again instead of going back to
+        the broker all at once (a redelivery storm when many leases lapsed together)."""
+        if self._token != stale_token:
+            return True
+        self._lease_lost(stale_token, "claim refused")
+        task = self._relogin_task
+        if task is not None and not task.done():
+            with contextlib.suppress(TimeoutError, RegistryError):
+                await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        return self._token != stale_token
+
     async def stop(self) -> None:
         """Stop heartbeating and deregister (the runtime drained in-flight work before)."""
         if self._stopped:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -44,6 +45,10 @@ logger = logging.getLogger(__name__)
 
 #: how often each router looks for orphaned tasks (past the maximum task lifetime)
 REAPER_INTERVAL_S = 1.0
+#: a message that met a broker or Redis outage is held this long before its requeue,
+#: doubling with each outage in a row up to `OUTAGE_BACKOFF_MAX_S`
+OUTAGE_BACKOFF_S = 0.05
+OUTAGE_BACKOFF_MAX_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,8 @@ class RouterService(Lifecycle):
         self._consumer_tag: str | None = None
         self.handled = 0
         self.duplicates = 0
+        #: transient failures in a row (the requeue backoff grows with them)
+        self._outages = 0
         self.reaper = Reaper(self.store, self.publisher, conn.settings.lease_ttl_s)
         self._reaper_task: asyncio.Task[None] | None = None
         self._acks = AckBatcher()
@@ -214,9 +221,13 @@ class RouterService(Lifecycle):
             await _settle_quietly(message.nack(requeue=True))
             raise
         except TRANSIENT_ERRORS:
-            # the broker or Redis went away: the message comes back (redelivered) once the
-            # connection is restored; the task records make the second pass safe
-            logger.warning("transient failure; message requeued", exc_info=True)
+            # the broker or Redis went away: the message comes back (redelivered); the task
+            # records make the second pass safe. It is held a moment first, longer while the
+            # outage lasts, so an absent Redis does not spin the router on its own queue
+            self._outages += 1
+            delay = min(OUTAGE_BACKOFF_MAX_S, OUTAGE_BACKOFF_S * 2 ** min(self._outages, 8))
+            logger.warning("transient failure; message requeued in %.2fs", delay, exc_info=True)
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             self._acks.settled(message)
             await _settle_quietly(message.nack(requeue=True))
             return
@@ -228,6 +239,7 @@ class RouterService(Lifecycle):
             )
         else:
             self.handled += 1
+            self._outages = 0
         self._acks.ack(message)
 
     async def handle(
@@ -260,6 +272,7 @@ class RouterService(Lifecycle):
         #: a live agent whose queue held the dispatch past the accept timeout (a backlog)
         backlog: str | None = None
         returned = envelope
+        reason = ""
         if returned_from is not None and "x-death" in headers:
             reason = death_reason(headers)
             if reason == "expired" and self.selector.is_live(returned_from):
@@ -312,7 +325,10 @@ class RouterService(Lifecycle):
                 agent_id=agent,
             )
             if applied is None:
-                # finished meanwhile (a duplicate copy completed): nothing left to do
+                applied = await self._refused_return(
+                    envelope, dispatch, agent, redelivered=redelivered, ran=reason != "expired"
+                )
+            if applied is None:
                 return
             await self._emit(envelope, _before_dispatch(applied), {"from_agent": returned_from})
         elif not await self._admit(envelope, redelivered, dispatch, agent):
@@ -322,6 +338,57 @@ class RouterService(Lifecycle):
             return
         assert choice is not None
         await self.dispatch(envelope, choice, body, received, patient=patient)
+
+    async def _refused_return(
+        self,
+        envelope: TaskEnvelope,
+        dispatch: tuple[str, ...],
+        agent: str,
+        *,
+        redelivered: bool,
+        ran: bool,
+    ) -> list[str] | None:
+        """A returned dispatch whose move back to ``routing`` was refused: why, and what now.
+
+        - No record at all: Redis lost it (restarted without persistence) while the broker
+          held the task. It is recorded again, ``recovered`` when an agent may have run it
+          (`ran`: anything but an expiry in the queue), so its side effects are refused.
+        - ``routing`` or ``dispatched`` on a redelivered copy: an earlier pass of this very
+          message moved the state, then failed before publishing; it goes on from there.
+        - Anything else (finished, or held by a worker): a stale copy, nothing to do.
+
+        Returns the states applied, or None when the message is done with.
+        """
+        task_id = envelope.task_id
+        state = (await self.store.state(task_id)).get("state", "")
+        if state == "":
+            states = ("submitted", "routing", *dispatch)
+            sub = await self.store.submit(
+                envelope,
+                redelivered=False,
+                states=states,
+                by=self.router_id,
+                agent_id=agent,
+                recovered=ran,
+            )
+            if sub.status != "new":
+                return None
+            logger.warning(
+                "task_id=%s came back but its record was gone (Redis lost its data?): "
+                "recorded again%s",
+                task_id,
+                "; its side effects are refused" if ran else "",
+            )
+            return list(states)
+        if redelivered and state in ("routing", "dispatched"):
+            if state == "routing":
+                path: tuple[str, ...] = ("routing", *dispatch)
+            else:
+                path = ("dispatched",) if dispatch else ("dispatched", "rerouting", "routing")
+            logger.info("task_id=%s redelivered in state %s: going on", task_id, state)
+            return await self.store.advance(task_id, *path, by=self.router_id, agent_id=agent)
+        # finished meanwhile (a duplicate copy completed), or a worker holds it
+        return None
 
     async def _admit(
         self, envelope: TaskEnvelope, redelivered: bool, dispatch: tuple[str, ...], agent: str

@@ -7,7 +7,7 @@ from typing import Any
 
 from mesh.config import Settings
 from mesh.dispatch.store import Holder
-from mesh.errors import NotStarted, StaleFencingToken
+from mesh.errors import EffectUnknown, NotStarted, StaleFencingToken
 from mesh.keys import Keys
 from mesh.results import error_result
 from mesh.worker.deps import TaskDeps
@@ -83,8 +83,12 @@ class TaskContext:
 
         Raises:
             StaleFencingToken: this instance no longer holds the task's claim.
+            EffectUnknown: the task's record was lost after it may have run (Redis restarted
+                without persistence): not applied; the task fails with ``effect_unknown``.
         """
         applied = await self._deps.effects.apply_once(self.task_id, self.holder, name, amount)
+        if applied == -2:
+            raise EffectUnknown(self.task_id, name)
         if applied < 0:
             raise StaleFencingToken(self.agent_id, self.token, None)
         return applied == 1

@@ -25,6 +25,10 @@ class Membership(Protocol):
     async def check(self, token: int) -> None:
         """Raise `StaleFencingToken` unless `token` is still current."""
 
+    async def renew(self, stale_token: int, timeout_s: float) -> bool:
+        """`stale_token` was refused: get a new lease (one re-registration however many
+        tasks ask) and wait up to `timeout_s` for it. True once the token changed."""
+
     async def stop(self) -> None:
         """Deregister and stop heartbeating; safe to call twice."""
 
@@ -46,6 +50,9 @@ class StaticMembership:
     async def check(self, token: int) -> None:
         if token != self._token:
             raise StaleFencingToken(self.agent_id, token, self._token)
+
+    async def renew(self, stale_token: int, timeout_s: float) -> bool:
+        return self._token != stale_token
 
     async def stop(self) -> None:
         return None

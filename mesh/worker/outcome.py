@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mesh.errors import Reject, Retry
+from mesh.errors import EffectUnknown, Reject, Retry
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS
 from schemas import Result, TaskEnvelope
@@ -46,6 +46,11 @@ def outcome_of_error(exc: Exception, task_id: str = "") -> Outcome:
         return Outcome("reject", message=exc.reason)
     if isinstance(exc, TRANSIENT_ERRORS):
         return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, EffectUnknown):
+        logger.error("task_id=%s: %s", task_id, exc)
+        return Outcome(
+            "failed", code=EffectUnknown.code, message=str(exc), details={"effect": exc.name}
+        )
     logger.warning("handler failed task_id=%s", task_id, exc_info=exc)
     return Outcome("failed", code="handler_error", message=f"{type(exc).__name__}: {exc}")
 

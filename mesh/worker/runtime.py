@@ -13,6 +13,7 @@ tasks, cancel stragglers -> result write + ack under `shield` -> deregister -> c
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -25,12 +26,14 @@ from mesh.client import MeshClient
 from mesh.connection import MeshConnection
 from mesh.dispatch.context import ContextStore
 from mesh.dispatch.events import emit_states
-from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
+from mesh.dispatch.store import Claim, Holder, ReplyMarks, TaskStore
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS
+from mesh.topology import DEFERRED_HEADER
 from mesh.worker.agent import Agent
+from mesh.worker.bands import BandGate
 from mesh.worker.context import TaskContext
 from mesh.worker.control import ControlConsumer
 from mesh.worker.deps import HandoffClient, TaskDeps, WorkerDeps
@@ -126,7 +129,10 @@ class WorkerRuntime(Lifecycle):
         self._stuck_reported = 0
         self._state: str = "new"  # new -> started -> closed
         self._chain: CallNext | None = None
+        self._gate = BandGate(agent.max_concurrency, [1])
         self.executed = 0
+        #: deliveries received (runs, redeliveries, hand-backs: a storm shows here)
+        self.deliveries = 0
 
     @property
     def completed(self) -> int:
@@ -183,16 +189,17 @@ class WorkerRuntime(Lifecycle):
         )
         await self.membership.start(lambda: self.in_flight, self.stuck)
         queues = self.topology.agent_queues(self.agent.agent_id)
-        total = sum(weight for _, weight in queues)
-        for name, weight in queues:
-            # quorum bands: one channel each, prefetch in proportion to the band's weight,
-            # so a backlog drains high:normal:low at 5:3:1 (seed 002 section 7.3)
-            share = max(1, round(self.agent.max_concurrency * weight / total))
-            channel = await self.conn.channel(confirms=False, prefetch=share)
+        concurrency = self.agent.max_concurrency
+        # quorum bands: one channel each, each prefetching the whole concurrency (one band
+        # alone keeps every slot busy); the gate shares the slots, and while several bands
+        # wait, a backlog drains high:normal:low at 5:3:1 (seed 002 section 7.3)
+        self._gate = BandGate(concurrency, [weight for _, weight in queues])
+        for band, (name, _weight) in enumerate(queues):
+            channel = await self.conn.channel(confirms=False, prefetch=concurrency)
             self._channels.append(channel)
             # passive declare: tracked by the robust channel, consumer restored on reconnect
             queue = await channel.get_queue(name, ensure=True)
-            tag = await queue.consume(self._on_message)
+            tag = await queue.consume(functools.partial(self._on_message, band=band))
             self._consumers.append((queue, tag))
         await self.control.start()
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
@@ -206,8 +213,9 @@ class WorkerRuntime(Lifecycle):
                 self._client = client
             return self._client
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        task = asyncio.create_task(self._run(message))
+    async def _on_message(self, message: AbstractIncomingMessage, band: int = 0) -> None:
+        self.deliveries += 1
+        task = asyncio.create_task(self._gated(message, band))
         self._tasks.add(task)
         self._idle.clear()
         task.add_done_callback(self._task_done)
@@ -219,6 +227,13 @@ class WorkerRuntime(Lifecycle):
             self._idle.set()
         if not task.cancelled() and task.exception() is not None:
             logger.critical("worker task crashed", exc_info=task.exception())
+
+    async def _gated(self, message: AbstractIncomingMessage, band: int) -> None:
+        await self._gate.acquire(band)
+        try:
+            await self._run(message)
+        finally:
+            self._gate.release()
 
     async def _run(self, message: AbstractIncomingMessage) -> None:
         settler = self.settler
@@ -249,17 +264,35 @@ class WorkerRuntime(Lifecycle):
         received = time.monotonic()
         holder = self.holder()
         lifetime_ms = int(self.settings.max_task_lifetime_s * 1000)
-        claim = await self.store.claim(
-            envelope,
-            holder,
-            agent_id=self.agent.agent_id,
-            redelivered=bool(message.redelivered),
-            lifetime_end_ms=now_ms() + lifetime_ms,
-            count_visit=envelope.attempt == 0,
-        )
+
+        async def claim_it(holder: Holder) -> Claim:
+            return await self.store.claim(
+                envelope,
+                holder,
+                agent_id=self.agent.agent_id,
+                redelivered=bool(message.redelivered),
+                lifetime_end_ms=now_ms() + lifetime_ms,
+                count_visit=envelope.attempt == 0,
+                pristine=_pristine(message, envelope),
+            )
+
+        claim = await claim_it(holder)
+        if claim.status == "stale" and await self.membership.renew(
+            holder.token, self.settings.lease_ttl_s
+        ):
+            # the lease had lapsed (a registry or broker outage): one re-registration for
+            # the whole instance, then this task claims again with the new token
+            holder = self.holder()
+            claim = await claim_it(holder)
         if claim.status != "claimed":
             await self.settler.claimed(message, envelope, claim)
             return
+        if claim.recovered:
+            logger.warning(
+                "task_id=%s: its record was lost and recovered (Redis lost its data?); it "
+                "runs again, and side effects guarded by apply_once are refused",
+                envelope.task_id,
+            )
         await emit_states(
             self.publisher,
             ("accepted", "processing"),
@@ -341,3 +374,13 @@ class WorkerRuntime(Lifecycle):
                 await channel.close()
         await self.replied.close()
         await self.publisher.close()
+
+
+def _pristine(message: AbstractIncomingMessage, envelope: TaskEnvelope) -> bool:
+    """The first delivery of a first dispatch: no worker can have run this task yet."""
+    return (
+        not message.redelivered
+        and envelope.attempt == 0
+        and envelope.reroutes == 0
+        and DEFERRED_HEADER not in (message.headers or {})
+    )

@@ -56,7 +56,7 @@ class Settler:
             await quietly(message.ack())
         elif claim.status == "stale":
             logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
-            await quietly(message.nack(requeue=True))
+            await self.hand_back(message, envelope, self._lease_delay_ms())
         elif claim.status == "busy":
             await self.defer(message, envelope, claim.detail)
         else:
@@ -72,10 +72,7 @@ class Settler:
         (the next look takes the claim over). Acking instead would lose the task if the
         holder is dead but its lease has not run out yet.
         """
-        topology = self.deps.topology
-        delay = nearest_delay(
-            topology.retry_delays_ms, int(self.deps.settings.lease_ttl_s * 1000 / 3)
-        )
+        delay = self._lease_delay_ms()
         logger.info(
             "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
         )
@@ -84,8 +81,38 @@ class Settler:
 
     async def outage(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
         """Redis or the broker went away while the task was being run or settled."""
-        logger.warning("task_id=%s: transient failure; requeued", envelope.task_id, exc_info=True)
-        await quietly(message.nack(requeue=True))
+        logger.warning(
+            "task_id=%s: transient failure; handed back", envelope.task_id, exc_info=True
+        )
+        await self.hand_back(message, envelope, self.deps.topology.retry_delays_ms[0])
+
+    async def hand_back(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, delay_ms: int
+    ) -> None:
+        """Give a delivery back to the agent's queue after `delay_ms`, not at once.
+
+        An immediate requeue comes straight back while the cause lasts (Redis away, every
+        lease lapsed in a broker outage): thousands of redeliveries a second, and on a quorum
+        queue each one counts toward the delivery limit. The copy goes through
+        ``mesh.retry.<delay>`` as a new message (the limit is not touched), marked as handed
+        back, so a claim never takes it for a first delivery. When even that publish fails
+        (the broker is away), the delivery is requeued: the broker redelivers it later.
+        """
+        delay = nearest_delay(self.deps.topology.retry_delays_ms, delay_ms)
+        try:
+            await self._republish(
+                envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: self.deps.instance_id}
+            )
+        except TRANSIENT_ERRORS:
+            await quietly(message.nack(requeue=True))
+            return
+        await quietly(message.ack())
+
+    def _lease_delay_ms(self) -> int:
+        """The retry delay nearest a third of a lease: time for a holder to finish or for
+        its lease to lapse."""
+        third = int(self.deps.settings.lease_ttl_s * 1000 / 3)
+        return nearest_delay(self.deps.topology.retry_delays_ms, third)
 
     async def broken(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
         """A bug in settling must not wedge the instance: the delivery is settled anyway
@@ -144,8 +171,10 @@ class Settler:
         if commit.status == "stale":
             # our lease lapsed and the claim may be someone else's: hand the message back; the
             # next claim decides (a live holder finishes it, a done task is not run again)
-            logger.warning("task_id=%s: result refused (stale token); requeued", envelope.task_id)
-            await quietly(message.nack(requeue=True))
+            logger.warning(
+                "task_id=%s: result refused (stale token); handed back", envelope.task_id
+            )
+            await self.hand_back(message, envelope, self._lease_delay_ms())
             return None
         if commit.status != "ok":
             logger.info("task_id=%s: result not stored (%s)", envelope.task_id, commit.status)

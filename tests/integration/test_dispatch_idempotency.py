@@ -96,7 +96,7 @@ async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
         b = Holder("effect-b", b_member.token)
         end = now_ms() + 60_000
         claim_a = await store.claim(
-            envelope, a, agent_id="effect", redelivered=False, lifetime_end_ms=end
+            envelope, a, agent_id="effect", redelivered=False, lifetime_end_ms=end, pristine=True
         )
         assert claim_a.status == "claimed"
         busy = await store.claim(
