@@ -97,13 +97,45 @@ class CalibrationDataError(MeshError, ValueError):
     """A calibration input file is missing or malformed; the message names file and line."""
 
 
+class AccessError(MeshError):
+    """Provisioning or revoking broker users and Redis ACL users failed."""
+
+
+class ManagementRequestFailed(AccessError):
+    """The RabbitMQ management API answered a request with an error status."""
+
+    def __init__(self, method: str, path: str, status: int, reason: str) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        self.reason = reason
+        super().__init__(
+            f"the RabbitMQ management API refused {method} {path} (HTTP {status}): {reason}"
+        )
+
+
+class VhostMissing(AccessError, ConfigError):
+    """The vhost to provision does not exist and ``--create-vhost`` was not given."""
+
+
+class UserConflict(AccessError):
+    """A broker or Redis user of that name exists and was not created by `mesh access`."""
+
+
+class RedisAclRefused(AccessError):
+    """The Redis user of ``MESH_REDIS_URL`` may not manage ACL users."""
+
+
 __all__ = [
+    "AccessError",
     "CalibrationDataError",
     "ConfigError",
     "ContextNotFound",
     "EffectUnknown",
+    "ManagementRequestFailed",
     "MeshError",
     "NotStarted",
+    "RedisAclRefused",
     "RegistryError",
     "RegistryUnavailable",
     "Reject",
@@ -112,4 +144,6 @@ __all__ = [
     "ServiceUnavailable",
     "StaleFencingToken",
     "UnknownTask",
+    "UserConflict",
+    "VhostMissing",
 ]

@@ -1,7 +1,10 @@
 """A small client of the RabbitMQ management HTTP API (`/api/...` on :15672).
 
-Used by `mesh` views and by tests to inspect or clean a namespace. Blocking (urllib):
-call it from a thread in async code.
+Used by `mesh` views and by tests to inspect or clean a namespace, and by `mesh access`
+to provision vhosts, users, permissions, topic permissions, limits and policies (which
+needs a management user with the ``administrator`` tag). Blocking (urllib): call it from
+a thread in async code. Request bodies (they may hold a password) are never logged nor
+put in an error message.
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ import urllib.request
 from typing import Any
 
 from mesh.config import Settings, mask_url
-from mesh.errors import ConfigError, ServiceUnavailable
-from schemas.codec import loads
+from mesh.errors import ConfigError, ManagementRequestFailed, ServiceUnavailable
+from schemas.codec import dumps, loads
+
+
+def _q(name: str) -> str:
+    """One path segment of the API (a vhost ``/`` is ``%2F``)."""
+    return urllib.parse.quote(name, safe="")
 
 
 class Management:
@@ -23,34 +31,60 @@ class Management:
         parts = urllib.parse.urlsplit(url)
         self._masked = mask_url(url)
         self._base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}"
-        auth = f"{parts.username or 'guest'}:{parts.password or 'guest'}".encode()
+        self._user = urllib.parse.unquote(parts.username or "guest")
+        password = urllib.parse.unquote(parts.password or "guest")
+        auth = f"{self._user}:{password}".encode()
         self._auth = "Basic " + base64.b64encode(auth).decode()
         self._vhost = urllib.parse.quote(vhost, safe="")
 
-    def _call(self, method: str, path: str) -> Any:
+    @property
+    def user(self) -> str:
+        """The management API user of ``MESH_MANAGEMENT_URL``."""
+        return self._user
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        missing_ok: bool = False,
+    ) -> Any:
+        """`method` `path` with a JSON `body`; a 404 is None for DELETE (or `missing_ok`)."""
+        headers = {"Authorization": self._auth}
+        data = None
+        if body is not None:
+            data = dumps(body)
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(
-            self._base + path, method=method, headers={"Authorization": self._auth}
+            self._base + path, data=data, method=method, headers=headers
         )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
-                body = response.read()
+                answer = response.read()
         except urllib.error.HTTPError as exc:
-            if exc.code == 404 and method == "DELETE":
+            if exc.code == 404 and (method == "DELETE" or missing_ok):
                 return None
-            if exc.code in (401, 403):
+            if exc.code == 401 or (exc.code == 403 and method == "GET"):
                 raise ConfigError(
                     f"the RabbitMQ management API at {self._masked} refused the login "
                     f"(HTTP {exc.code}): set MESH_MANAGEMENT_URL to a user with the "
                     "management tag, e.g. http://USER:PASS@127.0.0.1:15672/"
                 ) from None
-            raise
+            if exc.code == 403:
+                raise ConfigError(
+                    f"the RabbitMQ management API at {self._masked} refused {method} {path} "
+                    f"(HTTP 403): user {self._user!r} may not (managing vhosts, users, "
+                    "permissions and policies needs the administrator tag)"
+                ) from None
+            raise ManagementRequestFailed(method, path, exc.code, _reason(exc)) from None
         except (urllib.error.URLError, OSError):
             raise ServiceUnavailable(
                 "RabbitMQ management API",
                 self._masked,
                 "enable it with `rabbitmq-plugins enable rabbitmq_management` (infra/up.sh does)",
             ) from None
-        return loads(body) if body else None
+        return loads(answer) if answer else None
 
     def exchanges(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", f"/api/exchanges/{self._vhost}")
@@ -85,3 +119,149 @@ class Management:
                 self.delete_exchange(ex["name"])
                 count += 1
         return count
+
+    # --- vhosts ----------------------------------------------------------------------------
+    def vhost(self, name: str) -> dict[str, Any] | None:
+        """The vhost `name` (None: there is none)."""
+        result: dict[str, Any] | None = self._call(
+            "GET", f"/api/vhosts/{_q(name)}", missing_ok=True
+        )
+        return result
+
+    def put_vhost(self, name: str, description: str = "") -> None:
+        """Create vhost `name` (the API also grants its own user ``.*`` on it)."""
+        self._call("PUT", f"/api/vhosts/{_q(name)}", {"description": description})
+
+    def delete_vhost(self, name: str) -> None:
+        self._call("DELETE", f"/api/vhosts/{_q(name)}")
+
+    def put_vhost_limit(self, vhost: str, limit: str, value: int) -> None:
+        """``max-queues`` or ``max-connections`` of a vhost (-1: no limit)."""
+        self._call("PUT", f"/api/vhost-limits/{_q(vhost)}/{_q(limit)}", {"value": value})
+
+    def delete_vhost_limit(self, vhost: str, limit: str) -> None:
+        self._call("DELETE", f"/api/vhost-limits/{_q(vhost)}/{_q(limit)}")
+
+    def vhost_limits(self, vhost: str) -> dict[str, int]:
+        rows: list[dict[str, Any]] = (
+            self._call("GET", f"/api/vhost-limits/{_q(vhost)}", missing_ok=True) or []
+        )
+        return {k: int(v) for row in rows for k, v in row.get("value", {}).items()}
+
+    # --- users -----------------------------------------------------------------------------
+    def users(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/api/users")
+        return result
+
+    def get_user(self, name: str) -> dict[str, Any] | None:
+        """The user `name` (None: there is none); holds its tags as a list."""
+        result: dict[str, Any] | None = self._call("GET", f"/api/users/{_q(name)}", missing_ok=True)
+        return result
+
+    def put_user(self, name: str, password: str, tags: tuple[str, ...] = ()) -> None:
+        """Create user `name` or replace its password and tags."""
+        self._call("PUT", f"/api/users/{_q(name)}", {"password": password, "tags": ",".join(tags)})
+
+    def delete_user(self, name: str) -> None:
+        """Delete a user (its permissions, topic permissions and limits go with it)."""
+        self._call("DELETE", f"/api/users/{_q(name)}")
+
+    def put_user_limit(self, user: str, limit: str, value: int) -> None:
+        """``max-connections`` or ``max-channels`` of a user (-1: no limit)."""
+        self._call("PUT", f"/api/user-limits/{_q(user)}/{_q(limit)}", {"value": value})
+
+    def user_limits(self, user: str) -> dict[str, int]:
+        rows: list[dict[str, Any]] = (
+            self._call("GET", f"/api/user-limits/{_q(user)}", missing_ok=True) or []
+        )
+        return {k: int(v) for row in rows for k, v in row.get("value", {}).items()}
+
+    # --- permissions -----------------------------------------------------------------------
+    def vhost_permissions(self, vhost: str) -> list[dict[str, Any]]:
+        """Every user's permissions in `vhost`."""
+        result: list[dict[str, Any]] = (
+            self._call("GET", f"/api/vhosts/{_q(vhost)}/permissions", missing_ok=True) or []
+        )
+        return result
+
+    def permissions(self, vhost: str, user: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call(
+            "GET", f"/api/permissions/{_q(vhost)}/{_q(user)}", missing_ok=True
+        )
+        return result
+
+    def put_permissions(
+        self, vhost: str, user: str, *, configure: str, write: str, read: str
+    ) -> None:
+        self._call(
+            "PUT",
+            f"/api/permissions/{_q(vhost)}/{_q(user)}",
+            {"configure": configure, "write": write, "read": read},
+        )
+
+    def delete_permissions(self, vhost: str, user: str) -> None:
+        self._call("DELETE", f"/api/permissions/{_q(vhost)}/{_q(user)}")
+
+    def topic_permissions(self, vhost: str, user: str) -> list[dict[str, Any]]:
+        """The user's topic permissions in `vhost`, one per exchange."""
+        result: list[dict[str, Any]] = (
+            self._call("GET", f"/api/topic-permissions/{_q(vhost)}/{_q(user)}", missing_ok=True)
+            or []
+        )
+        return result
+
+    def put_topic_permission(
+        self, vhost: str, user: str, *, exchange: str, write: str, read: str
+    ) -> None:
+        self._call(
+            "PUT",
+            f"/api/topic-permissions/{_q(vhost)}/{_q(user)}",
+            {"exchange": exchange, "write": write, "read": read},
+        )
+
+    def delete_topic_permissions(self, vhost: str, user: str) -> None:
+        """Delete every topic permission of `user` in `vhost`."""
+        self._call("DELETE", f"/api/topic-permissions/{_q(vhost)}/{_q(user)}")
+
+    # --- policies --------------------------------------------------------------------------
+    def policy(self, vhost: str, name: str) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = self._call(
+            "GET", f"/api/policies/{_q(vhost)}/{_q(name)}", missing_ok=True
+        )
+        return result
+
+    def put_policy(
+        self,
+        vhost: str,
+        name: str,
+        *,
+        pattern: str,
+        definition: dict[str, Any],
+        priority: int = 0,
+        apply_to: str = "queues",
+    ) -> None:
+        self._call(
+            "PUT",
+            f"/api/policies/{_q(vhost)}/{_q(name)}",
+            {
+                "pattern": pattern,
+                "definition": definition,
+                "priority": priority,
+                "apply-to": apply_to,
+            },
+        )
+
+    def delete_policy(self, vhost: str, name: str) -> None:
+        self._call("DELETE", f"/api/policies/{_q(vhost)}/{_q(name)}")
+
+
+def _reason(exc: urllib.error.HTTPError) -> str:
+    """The API's own reason for an error status (its JSON ``reason``), in one line."""
+    try:
+        raw = exc.read()
+        data = loads(raw) if raw else {}
+    except (OSError, ValueError):
+        data = {}
+    reason = data.get("reason") if isinstance(data, dict) else None
+    text = str(reason or exc.reason or "no reason given")
+    return " ".join(text.split())[:300]

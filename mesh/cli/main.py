@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "mesh.cli.request",
     "mesh.cli.agents",
     "mesh.cli.topology",
+    "mesh.cli.access",
     "mesh.cli.schemas",
     "mesh.cli.model",
     "mesh.cli.explain",

@@ -1,0 +1,5 @@
+"""`mesh access`: broker users, permissions and Redis ACL users per role (SECURITY.md).
+
+`mesh.access.roles` is the role model (pure data, no I/O); `mesh.access.provision`
+applies it through the RabbitMQ management API and ``ACL SETUSER``.
+"""

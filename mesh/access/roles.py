@@ -1,0 +1,660 @@
+r"""The role model of ../shared/SECURITY.md as data: role -> broker permissions and Redis ACL.
+
+Pure: no I/O, nothing here talks to a broker or to Redis (`mesh.access.provision` does).
+Every regex is built from the names of `mesh.topology.Topology` (and, for the objects the
+topology does not have yet, from `FutureNames`, the one place they are spelt), every Redis
+key pattern from `mesh.keys.Keys`; every name is escaped (``re.escape`` for the broker's
+regexes, glob escaping for Redis patterns). RabbitMQ 3.10 does not expand ``{username}``
+in ordinary permission regexes, so each user gets regexes generated for its own name.
+
+Broker user names
+-----------------
+A broker user is global to the broker (users are not per vhost) and the same namespace can
+exist in several vhosts, so a user name is ``<prefix><role>``, with the role as in
+SECURITY.md (``admin``, ``router``, ``registry``, ``worker.<agent_id>``, ``client.<name>``,
+``observer.<name>``) and the prefix by default:
+
+- ``<namespace>:`` in the default vhost ``/`` (``mesh:router``, ``mesh:worker.support.refunds``);
+- ``<vhost>:<namespace>:`` in any other vhost (``tenant1:mesh:client.alice``).
+
+``:`` cannot occur in a namespace (``[a-z0-9_.-]``), so a namespace ``mesh.x`` can never
+produce a user of namespace ``mesh`` and the other way round. ``--user-prefix`` chooses
+another prefix (``""`` gives the bare names of SECURITY.md, for a broker with one mesh).
+The Redis ACL user of a role has the same name as its broker user. `AccessScope.role_of`
+is the inverse (what a service checking ``message.user_id`` will need). Every user
+`mesh access` creates carries the broker tag `PROVISIONED_TAG` (not a management tag: it
+grants nothing), so `revoke` never deletes a user it did not create and `provision` refuses
+to take over a same-named user created by somebody else.
+
+Known limits of name-based regexes (the names are the topology's, not ours): an instance id
+is ``<agent_id>-<suffix>``, so worker ``a`` also matches instance and session queue names of
+an agent ``a-b``; in quorum mode agent ``x``'s band queue ``<ns>.agent.x.high`` is the queue
+of an agent named ``x.high``; admin's ``^<ns>\..*`` also covers a namespace ``<ns>.sub``
+in the same vhost. One vhost per tenant is the isolation boundary.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from mesh.errors import ConfigError
+from mesh.keys import Keys
+from mesh.topology import DEAD_REASONS, PRIORITY_BANDS, Topology
+from schemas.envelope import Identifier
+
+RoleKind = Literal["admin", "router", "registry", "worker", "client", "observer"]
+#: roles that exist once per namespace, and roles that exist once per name
+SINGLE_ROLES: tuple[RoleKind, ...] = ("admin", "router", "registry")
+NAMED_ROLES: tuple[RoleKind, ...] = ("worker", "client", "observer")
+
+#: broker user tag marking the users `mesh access provision` created (grants nothing)
+PROVISIONED_TAG = "mesh-access"
+#: a permission regex that matches no resource (RabbitMQ's own convention)
+NOTHING = "^$"
+
+#: guard rails per role: (max-connections, max-channels) of the broker user
+DEFAULT_LIMITS: dict[RoleKind, tuple[int, int]] = {
+    "admin": (4, 64),
+    "router": (32, 1024),
+    "registry": (8, 256),
+    "worker": (64, 2048),
+    "client": (16, 256),
+    "observer": (4, 32),
+}
+#: max-length-bytes of each dead-letter queue (policy, overflow reject-publish)
+DEFAULT_DEAD_LETTER_MAX_BYTES = 64 * 1024 * 1024
+#: policy priority of the dead-letter cap (above an operator's catch-all at 0)
+DEAD_LETTER_POLICY_PRIORITY = 10
+
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Role:
+    """One role: ``admin``, ``router``, ``registry`` or ``worker|client|observer.<name>``."""
+
+    kind: RoleKind
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind in SINGLE_ROLES:
+            if self.name:
+                raise ConfigError(f"role {self.kind!r} takes no name, got {self.name!r}")
+            return
+        if self.kind not in NAMED_ROLES:
+            raise ConfigError(f"unknown role {self.kind!r}")
+        try:
+            _IDENTIFIER.validate_python(self.name)
+        except ValidationError:
+            raise ConfigError(
+                f"{self.kind} name {self.name!r} must be 1..128 characters of "
+                "A-Z a-z 0-9 _ . : @ - (as an agent_id)"
+            ) from None
+
+    @property
+    def label(self) -> str:
+        """The role as SECURITY.md writes it: ``router``, ``worker.<agent_id>``..."""
+        return self.kind if not self.name else f"{self.kind}.{self.name}"
+
+    @classmethod
+    def parse(cls, label: str) -> Role | None:
+        """Inverse of `label` (None for a text that is no role)."""
+        kind, dot, name = label.partition(".")
+        try:
+            if kind in SINGLE_ROLES and not dot:
+                return cls(kind)
+            if kind in NAMED_ROLES and dot:
+                return cls(kind, name)
+        except ConfigError:
+            return None
+        return None
+
+
+def default_user_prefix(namespace: str, vhost: str) -> str:
+    """``<namespace>:`` in vhost ``/``, ``<vhost>:<namespace>:`` elsewhere (module docstring)."""
+    return f"{namespace}:" if vhost == "/" else f"{vhost}:{namespace}:"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessScope:
+    """Where users live: a vhost, a namespace in it, and the prefix of their names."""
+
+    namespace: str
+    vhost: str = "/"
+    prefix: str | None = None
+
+    @property
+    def user_prefix(self) -> str:
+        return (
+            default_user_prefix(self.namespace, self.vhost) if self.prefix is None else self.prefix
+        )
+
+    def user(self, role: Role) -> str:
+        """The broker (and Redis ACL) user name of `role`."""
+        return self.user_prefix + role.label
+
+    def role_of(self, user: str) -> Role | None:
+        """The role a user name of this scope stands for (None: not one of this scope)."""
+        if not user.startswith(self.user_prefix):
+            return None
+        return Role.parse(user[len(self.user_prefix) :])
+
+
+@dataclass(frozen=True, slots=True)
+class FutureNames:
+    """Wire names SECURITY.md expects that `Topology` does not have yet (the gap, in one place).
+
+    Move these into `mesh.topology` when the services use them; the permissions follow.
+    """
+
+    topology: Topology
+
+    @property
+    def _ns(self) -> str:
+        return self.topology.namespace
+
+    @property
+    def results(self) -> str:
+        """Exchange workers publish Results to, and the queue the routers consume them from."""
+        return f"{self._ns}.results"
+
+    @property
+    def replies(self) -> str:
+        """Topic exchange of Results to callers, keys ``reply.<caller-user>.<client-id>``."""
+        return f"{self._ns}.replies"
+
+    @property
+    def sessions(self) -> str:
+        """Topic exchange of registry answers, keys ``session.<agent>.<instance>``."""
+        return f"{self._ns}.sessions"
+
+    @property
+    def bids(self) -> str:
+        """Topic exchange of bids, keys ``bid.<router-id>`` (bid queues: `Topology.bid_queue`)."""
+        return f"{self._ns}.bids"
+
+    def reply_queue_prefix(self, user: str) -> str:
+        """Reply queues of a user are ``Topology.reply_queue("<user>.<client-id>")``."""
+        return self.topology.reply_queue(f"{user}.")
+
+    def observer_queue_prefix(self, user: str) -> str:
+        """Queues an observer declares for itself: ``<ns>.observer.<user>.<id>``."""
+        return f"{self._ns}.observer.{user}."
+
+    def reply_key_prefix(self, user: str | None = None) -> str:
+        """Reply keys of `user` (None: every reply key)."""
+        return "reply." if user is None else f"reply.{user}."
+
+    def session_key_prefix(self, agent_id: str | None = None) -> str:
+        """Registry answers to instances of `agent_id` (instance ids start ``<agent_id>-``)."""
+        return "session." if agent_id is None else f"session.{agent_id}.{agent_id}-"
+
+    def bid_key_prefix(self) -> str:
+        return "bid."
+
+    def retry_key_regex(self, agent_id: str) -> str:
+        """Retry keys of a topic retry exchange: ``<delay>.`` + the agent's dispatch key."""
+        return r"[0-9]+\." + agent_key_regex(self.topology, agent_id)
+
+    def missing(self) -> list[tuple[str, str]]:
+        """(name, what it is) of every object the permissions name that the topology lacks."""
+        return [
+            (self.results, "results exchange + queue (workers -> router)"),
+            (self.replies, "replies topic exchange (router -> callers)"),
+            (self.sessions, "sessions topic exchange (registry -> instances)"),
+            (self.bids, "bids topic exchange (workers -> routers)"),
+            (self.observer_queue_prefix("<user>") + "*", "observer queues"),
+            (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),
+            (self.topology.retry, "retry exchange as topic with keys <delay>.agent.<a>"),
+        ]
+
+
+def agent_key_regex(topology: Topology, agent_id: str) -> str:
+    """Dispatch routing keys of `agent_id` in either queue mode (without anchors)."""
+    return re.escape(_dispatch_key_prefix(topology) + agent_id) + _bands()
+
+
+def _dispatch_key_prefix(topology: Topology) -> str:
+    """What every `Topology.agent_routing_key` starts with (``agent.``)."""
+    built = topology.agent_routing_key(_SENTINEL)
+    return built[: built.index(_SENTINEL)]
+
+
+def _bands() -> str:
+    return r"(?:\.(?:" + "|".join(re.escape(band) for band, _ in PRIORITY_BANDS) + r"))?"
+
+
+def lit(name: str) -> str:
+    """A regex atom matching `name` exactly."""
+    return re.escape(name)
+
+
+def starting(prefix: str) -> str:
+    """A regex atom matching every name that starts with `prefix`."""
+    return re.escape(prefix) + ".*"
+
+
+def anchored(atoms: Iterable[str]) -> str:
+    """``^(?:a|b|...)$``; no atom: `NOTHING`."""
+    parts = list(dict.fromkeys(atoms))
+    if not parts:
+        return NOTHING
+    if len(parts) == 1:
+        return f"^{parts[0]}$"
+    return "^(?:" + "|".join(parts) + ")$"
+
+
+def glob_escape(text: str) -> str:
+    """`text` as a literal inside a Redis glob pattern."""
+    return _GLOB_SPECIAL.sub(r"\\\1", text)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPermission:
+    """Routing-key regexes of one topic exchange (write: publish; read: bind)."""
+
+    exchange: str
+    write: str
+    read: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAcl:
+    """An ACL user's rules after ``reset`` (``ACL SETUSER <user> reset on >pw <rules...>``)."""
+
+    commands: tuple[str, ...]
+    keys: tuple[str, ...] = ()
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return ("resetchannels", *self.commands, *self.keys)
+
+    @property
+    def scripting(self) -> bool:
+        return "+@all" in self.commands
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Everything one role gets: broker permissions, topic permissions, limits, Redis ACL."""
+
+    role: Role
+    user: str
+    configure: str
+    write: str
+    read: str
+    topics: tuple[TopicPermission, ...]
+    max_connections: int
+    max_channels: int
+    redis: RedisAcl
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterPolicy:
+    name: str
+    pattern: str
+    max_length_bytes: int
+    priority: int = DEAD_LETTER_POLICY_PRIORITY
+    apply_to: str = "queues"
+
+    @property
+    def definition(self) -> dict[str, object]:
+        return {"max-length-bytes": self.max_length_bytes, "overflow": "reject-publish"}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What `provision` creates for one scope: grants per role and the dead-letter policy."""
+
+    scope: AccessScope
+    grants: tuple[Grant, ...]
+    policy: DeadLetterPolicy
+    max_queues: int | None = None
+    future: tuple[tuple[str, str], ...] = field(default=())
+
+    def grant(self, role: Role) -> Grant:
+        for g in self.grants:
+            if g.role == role:
+                return g
+        raise KeyError(role.label)
+
+
+# --- Redis ---------------------------------------------------------------------------------
+_SENTINEL = "\x00"
+#: Lua roles: everything but @dangerous, and no way to load or flush server-side code
+_LUA_COMMANDS = ("-@all", "+@all", "-@dangerous", "-function", "-script|flush", "-script|kill")
+_READ_ONLY_COMMANDS = ("-@all", "+@read", "+@connection", "-@dangerous", "-@scripting")
+_NO_COMMANDS = ("-@all",)
+
+
+def _key_glob(built: str) -> str:
+    """The glob of a key builder called with `_SENTINEL`: everything from there is ``*``."""
+    cut = built.find(_SENTINEL)
+    return built if cut < 0 else built[:cut] + "*"
+
+
+def redis_key_patterns(namespace: str) -> dict[str, str]:
+    """Glob of each `Keys` family of `namespace` (escaped), by family name."""
+    k = Keys(glob_escape(namespace))
+    s = _SENTINEL
+    built: dict[str, str] = {
+        "fence": k.fence(s),
+        "instance": k.instance(s),
+        "agent": k.agent(s),
+        "agent_instances": k.agent_instances(s),
+        "current_token": k.current_token(s, s),
+        "agents": k.agents(),
+        "leases": k.leases(),
+        "embedding": k.embedding(s, s),
+        "memory": k.memory(s),
+        "memory_marker": k.memory_marker(s, s),
+        "outcome": k.outcome(s),
+        "breaker": k.breaker(s),
+        "stats": k.stats(s),
+        "idem": k.idem(s),
+        "task": k.task(s),
+        "task_history": k.task_history(s),
+        "task_waiters": k.task_waiters(s),
+        "processing": k.processing(),
+        "effect_done": k.effect_done(s, s),
+        "trace_visits": k.trace_visits(s),
+        "trace": k.trace(s),
+        "context": k.context(s, 0),
+        "context_version": k.context_version(s),
+        "side_effect": k.side_effect(s),
+    }
+    return {name: _key_glob(value) for name, value in built.items()}
+
+
+#: Redis key families per role: (read-write, read-only); SECURITY.md "Redis ACLs"
+REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "registry": (
+        ("fence", "instance", "agent", "agent_instances", "current_token", "agents", "leases"),
+        (),
+    ),
+    "router": (
+        (
+            "task",
+            "task_history",
+            "task_waiters",
+            "processing",
+            "idem",
+            "embedding",
+            "memory",
+            "memory_marker",
+            "outcome",
+            "breaker",
+            "stats",
+        ),
+        ("instance", "agent", "agent_instances", "agents", "leases"),
+    ),
+    "worker": (
+        (
+            "idem",
+            "task",
+            "task_history",
+            "processing",
+            "effect_done",
+            "side_effect",
+            "trace_visits",
+            "context",
+            "context_version",
+        ),
+        ("instance", "task_waiters"),
+    ),
+}
+
+
+def redis_acl(kind: RoleKind, namespace: str) -> RedisAcl:
+    """The Redis ACL of a role in `namespace` (client: a user that may run nothing)."""
+    patterns = redis_key_patterns(namespace)
+    if kind == "client":
+        return RedisAcl(_NO_COMMANDS)
+    if kind == "observer":
+        return RedisAcl(_READ_ONLY_COMMANDS, ("%R~" + glob_escape(namespace) + ":*",))
+    if kind == "admin":
+        return RedisAcl(_LUA_COMMANDS, ("~" + glob_escape(namespace) + ":*",))
+    rw, ro = REDIS_KEYS[kind]
+    keys = tuple("~" + patterns[f] for f in rw) + tuple("%R~" + patterns[f] for f in ro)
+    return RedisAcl(_LUA_COMMANDS, keys)
+
+
+# --- the broker ----------------------------------------------------------------------------
+def grant_for(
+    role: Role,
+    scope: AccessScope,
+    topology: Topology,
+    *,
+    limits: tuple[int | None, int | None] = (None, None),
+) -> Grant:
+    """Broker permissions, topic permissions, limits and Redis ACL of `role` (SECURITY.md)."""
+    t = topology
+    f = FutureNames(t)
+    user = scope.user(role)
+    ns_prefix = starting(t.namespace + ".")
+    configure: list[str]
+    write: list[str]
+    read: list[str]
+    topics: list[TopicPermission] = []
+    match role.kind:
+        case "admin":
+            configure = write = read = [ns_prefix]
+        case "router":
+            own = [
+                starting(t.selector_queue("")),
+                starting(t.snapshot_queue("")),
+                starting(t.bid_queue("")),
+            ]
+            configure = own
+            write = [
+                lit(t.capabilities),
+                lit(t.events),
+                lit(t.dlx),
+                lit(f.replies),
+                lit(t.control),
+                *own,
+            ]
+            read = [lit(t.router_queue), lit(t.events), lit(f.bids), lit(f.results), *own]
+            topics = [
+                TopicPermission(
+                    t.capabilities, anchored([starting(_dispatch_key_prefix(t))]), NOTHING
+                ),
+                TopicPermission(t.events, anchored([_events_of("task", "route", "alert")]), ".*"),
+                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
+                TopicPermission(f.replies, anchored([starting(f.reply_key_prefix())]), NOTHING),
+                TopicPermission(
+                    t.control,
+                    anchored([starting(t.control_agent_key("")), starting(t.instance_key(""))]),
+                    NOTHING,
+                ),
+                TopicPermission(f.bids, NOTHING, anchored([starting(f.bid_key_prefix())])),
+            ]
+        case "registry":
+            configure = []
+            write = [lit(t.events), lit(f.sessions), lit(t.dlx)]
+            read = [lit(t.registry)]
+            topics = [
+                TopicPermission(t.events, anchored([_events_of("agent")]), NOTHING),
+                TopicPermission(f.sessions, anchored([starting(f.session_key_prefix())]), NOTHING),
+                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
+            ]
+        case "worker":
+            a = role.name
+            own = [
+                starting(t.session_queue(f"{a}-")),
+                starting(t.instance_queue(f"{a}-")),
+                starting(f.reply_queue_prefix(user) + f"{a}-"),
+            ]
+            configure = own
+            write = [
+                lit(t.registry),
+                lit(t.ingress),
+                lit(f.results),
+                lit(t.retry),
+                lit(t.events),
+                lit(t.dlx),
+                lit(f.bids),
+                *own,
+            ]
+            agent_queues = re.escape(t.agent_queue(a)) + _bands()
+            read = [agent_queues, lit(f.sessions), lit(t.control), lit(f.replies), *own]
+            topics = [
+                TopicPermission(
+                    t.events, anchored([_events_of("task", "route", "alert")]), NOTHING
+                ),
+                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
+                TopicPermission(f.bids, anchored([starting(f.bid_key_prefix())]), NOTHING),
+                TopicPermission(t.retry, anchored([f.retry_key_regex(a)]), NOTHING),
+                TopicPermission(
+                    t.control,
+                    NOTHING,
+                    anchored([lit(t.control_agent_key(a)), starting(t.instance_key(f"{a}-"))]),
+                ),
+                TopicPermission(f.sessions, NOTHING, anchored([starting(f.session_key_prefix(a))])),
+                TopicPermission(
+                    f.replies, NOTHING, anchored([starting(f.reply_key_prefix(user) + f"{a}-")])
+                ),
+            ]
+        case "client":
+            own = [starting(f.reply_queue_prefix(user))]
+            configure = own
+            write = [lit(t.ingress), *own]
+            read = [lit(f.replies), *own]
+            topics = [
+                TopicPermission(f.replies, NOTHING, anchored([starting(f.reply_key_prefix(user))])),
+            ]
+        case "observer":
+            own = [starting(f.observer_queue_prefix(user))]
+            configure = own
+            write = own
+            read = [lit(t.events), *own]
+            topics = [TopicPermission(t.events, NOTHING, ".*")]
+    default_conn, default_chan = DEFAULT_LIMITS[role.kind]
+    return Grant(
+        role=role,
+        user=user,
+        configure=anchored(configure),
+        write=anchored(write),
+        read=anchored(read),
+        topics=tuple(topics),
+        max_connections=limits[0] if limits[0] is not None else default_conn,
+        max_channels=limits[1] if limits[1] is not None else default_chan,
+        redis=redis_acl(role.kind, t.namespace),
+    )
+
+
+def _events_of(*families: str) -> str:
+    """Event routing keys of these families (event types are ``<family>.<name>``)."""
+    return "(?:" + "|".join(re.escape(x) for x in families) + r")\..*"
+
+
+def _dead_keys(topology: Topology) -> str:
+    """The dead-letter routing keys of every reason (`Topology.dead_key`)."""
+    return "(?:" + "|".join(re.escape(topology.dead_key(r)) for r in DEAD_REASONS) + ")"
+
+
+def dead_letter_policy(topology: Topology, max_length_bytes: int) -> DeadLetterPolicy:
+    """``max-length-bytes`` + ``overflow: reject-publish`` on every dead-letter queue."""
+    return DeadLetterPolicy(
+        name=f"{topology.namespace}.dead-letter-cap",
+        pattern=anchored(lit(topology.dead_queue(r)) for r in DEAD_REASONS),
+        max_length_bytes=max_length_bytes,
+    )
+
+
+def roles_for(
+    agents: Sequence[str] = (), clients: Sequence[str] = (), observers: Sequence[str] = ()
+) -> list[Role]:
+    """admin, router, registry, then one role per agent, client and observer (deduplicated)."""
+    roles = [Role(kind) for kind in SINGLE_ROLES]
+    named: list[tuple[RoleKind, Sequence[str]]] = [
+        ("worker", agents),
+        ("client", clients),
+        ("observer", observers),
+    ]
+    for kind, names in named:
+        roles.extend(Role(kind, n) for n in dict.fromkeys(names))
+    return roles
+
+
+def build_plan(
+    scope: AccessScope,
+    topology: Topology,
+    roles: Iterable[Role],
+    *,
+    max_connections: int | None = None,
+    max_channels: int | None = None,
+    dead_letter_max_bytes: int = DEFAULT_DEAD_LETTER_MAX_BYTES,
+    max_queues: int | None = None,
+) -> Plan:
+    """The grants of `roles` in `scope`, the dead-letter policy and the vhost limit."""
+    if topology.namespace != scope.namespace:
+        raise ConfigError(
+            f"topology namespace {topology.namespace!r} differs from {scope.namespace!r}"
+        )
+    grants = tuple(
+        grant_for(r, scope, topology, limits=(max_connections, max_channels)) for r in roles
+    )
+    users = [g.user for g in grants]
+    if len(set(users)) != len(users):
+        raise ConfigError(f"two roles map to the same user name in {users}")
+    return Plan(
+        scope=scope,
+        grants=grants,
+        policy=dead_letter_policy(topology, dead_letter_max_bytes),
+        max_queues=max_queues,
+        future=tuple(FutureNames(topology).missing()),
+    )
+
+
+def describe(plan: Plan, out: Callable[[str], None]) -> None:
+    """The plan as text (the ``--dry-run`` output): roles, regexes, limits, Redis rules."""
+    s = plan.scope
+    out(f"vhost {s.vhost!r}, namespace {s.namespace!r}, user prefix {s.user_prefix!r}")
+    for g in plan.grants:
+        out(f"role {g.role.label}: user {g.user!r}")
+        out(f"  configure {g.configure}")
+        out(f"  write     {g.write}")
+        out(f"  read      {g.read}")
+        for tp in g.topics:
+            out(f"  topic {tp.exchange}: write {tp.write}  read {tp.read}")
+        out(f"  limits max-connections={g.max_connections} max-channels={g.max_channels}")
+        out(f"  redis {' '.join(g.redis.rules)}")
+    p = plan.policy
+    out(
+        f"policy {p.name}: queues {p.pattern} max-length-bytes={p.max_length_bytes} "
+        f"overflow=reject-publish priority={p.priority}"
+    )
+    if plan.max_queues is not None:
+        out(f"vhost limit max-queues={plan.max_queues}")
+    for name, what in plan.future:
+        out(f"not in the topology yet: {name} ({what})")
+
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "NOTHING",
+    "PROVISIONED_TAG",
+    "AccessScope",
+    "DeadLetterPolicy",
+    "FutureNames",
+    "Grant",
+    "Plan",
+    "RedisAcl",
+    "Role",
+    "TopicPermission",
+    "anchored",
+    "build_plan",
+    "describe",
+    "glob_escape",
+    "grant_for",
+    "redis_acl",
+    "redis_key_patterns",
+    "roles_for",
+]
