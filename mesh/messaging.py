@@ -7,6 +7,7 @@ they are cheap, and a lost one is superseded by the next.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +18,16 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, DeliveryMode
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
-from mesh.topology import DETAILS_HEADER, REASON_HEADER, DeadReason, message_priority
+from mesh.topology import (
+    DETAILS_HEADER,
+    INVALID_KEEP_BYTES,
+    REASON_HEADER,
+    SHA256_HEADER,
+    SIZE_HEADER,
+    TRUNCATED_HEADER,
+    DeadReason,
+    message_priority,
+)
 from schemas import Event, Result, TaskEnvelope, encode
 from schemas.codec import dumps
 
@@ -146,9 +156,19 @@ class Publisher(Lifecycle):
         headers: Mapping[str, Any] | None = None,
         task_id: str | None = None,
     ) -> None:
-        """Put `body`, exactly as received, into `mesh.dead.<reason>` with the reason."""
+        """Put `body`, exactly as received, into `mesh.dead.<reason>` with the reason.
+
+        An invalid body (anyone may publish one) keeps at most `INVALID_KEEP_BYTES`, with
+        its full size and SHA-256 in headers, so garbage cannot fill the dead letters.
+        """
         ex = await self.exchange(self.topology.dlx)
         all_headers: dict[str, Any] = {REASON_HEADER: reason, **(headers or {})}
+        if reason == "invalid":
+            all_headers[SIZE_HEADER] = len(body)
+            all_headers[SHA256_HEADER] = hashlib.sha256(body).hexdigest()
+            if len(body) > INVALID_KEEP_BYTES:
+                body = body[:INVALID_KEEP_BYTES]
+                all_headers[TRUNCATED_HEADER] = True
         if details:
             all_headers[DETAILS_HEADER] = dumps(dict(details)).decode()[:65_000]
         await ex.publish(

@@ -22,12 +22,20 @@ REASON_HEADER = "x-mesh-reason"
 #: not ``x-``-prefixed: a headers exchange ignores ``x-*`` binding arguments when matching,
 #: so an ``x-`` header would send every retry to every delay queue
 DELAY_HEADER = "mesh-delay"
-#: header of a task a worker deferred because another instance holds its claim (the holder)
+#: header of a task a worker deferred or handed back (the holder it waited on, or itself):
+#: such a copy may have run before, so a claim never takes it for a first delivery
 DEFERRED_HEADER = "x-mesh-deferred"
 #: header of a retried task: the error of the attempt before (at most 1000 characters)
 LAST_ERROR_HEADER = "x-mesh-last-error"
 #: header of a dead letter: JSON details of why (the bad fields, the last error...)
 DETAILS_HEADER = "x-mesh-details"
+#: headers of an invalid body kept in ``dead.invalid``: its full size and SHA-256, and
+#: ``true`` when only its first `INVALID_KEEP_BYTES` were kept
+SIZE_HEADER = "x-mesh-size"
+SHA256_HEADER = "x-mesh-sha256"
+TRUNCATED_HEADER = "x-mesh-truncated"
+#: how much of an invalid body ``dead.invalid`` keeps (anyone can publish garbage)
+INVALID_KEEP_BYTES = 64 * 1024
 #: registry A2A registrations: headers naming the instance, agent and concurrency
 INSTANCE_HEADER = "x-mesh-instance-id"
 AGENT_HEADER = "x-mesh-agent-id"

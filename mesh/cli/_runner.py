@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mesh.cli._broker import namespace_exists
 from mesh.config import Settings
@@ -28,9 +29,27 @@ LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 SPEC_EXAMPLE = "e.g. agents.support:refunds or agents.support:*"
 
 
+def warn_without_access_control(settings: Settings, name: str) -> None:
+    """Say once, at start-up, that a service logs in as the broker's shared development
+    user: any process that reaches the broker can then act as any agent."""
+    users = {urlsplit(url).username or "guest" for url in _amqp_urls(settings)}
+    if users & {"guest"}:
+        logger.warning(
+            "%s runs without access control: it logs in to RabbitMQ as 'guest', like every "
+            "process of a development mesh, so anyone who reaches the broker can act as any "
+            "agent (fine on loopback; see README 'Security' and `mesh access provision`)",
+            name,
+        )
+
+
+def _amqp_urls(settings: Settings) -> list[str]:
+    return [u.strip() for u in settings.amqp_url.get_secret_value().split(",") if u.strip()]
+
+
 async def serve(settings: Settings, name: str, starter: Starter) -> int:
     """Connect, run `starter` (which returns its stop coroutine), wait for SIGINT/SIGTERM."""
     conn = await connect(settings, name=name)
+    warn_without_access_control(settings, name)
     if not await namespace_exists(conn):
         # the services are what creates a namespace; say so, a mistyped one shows here
         logger.warning(

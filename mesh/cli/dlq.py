@@ -60,10 +60,13 @@ def _replay(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         async with await connect(settings, name="mesh-dlq") as conn:
             await require_namespace(conn, create=False, can_create=False)
-            done = await replay(conn, args.reason, args.limit)
-        for old, new in done:
+            replayed = await replay(conn, args.reason, args.limit)
+        for old, new in replayed.done:
             print(f"replayed {old} as {new}")
-        if not done:
+        if replayed.skipped:
+            dead = topology_of(settings).dead_queue("invalid")
+            print(f"skipped {replayed.skipped} that were not envelopes (moved to {dead})")
+        if not replayed.done and not replayed.skipped:
             queue = topology_of(settings).dead_queue(args.reason)
             print(f"nothing replayed from {queue}", file=sys.stderr)
         return 0

@@ -85,17 +85,31 @@ def replayed(envelope: TaskEnvelope) -> TaskEnvelope:
     )
 
 
-async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> list[tuple[str, str]]:
-    """Replay up to `limit` dead letters of `reason`; returns (old, new) task ids."""
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What `replay` did: (old, new) task ids replayed, and the letters that were not
+    envelopes (moved to ``dead.invalid``, not replayed)."""
+
+    done: list[tuple[str, str]]
+    skipped: int = 0
+
+
+async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> Replayed:
+    """Replay up to `limit` dead letters of `reason` as new tasks.
+
+    A letter that is not an envelope is skipped and counted (moved to ``dead.invalid``,
+    which keeps it bounded), and the replay goes on with the next one.
+    """
     if reason == "invalid":
         raise ValueError("invalid bodies cannot be replayed: fix and resubmit them")
     publisher = Publisher(conn)
     await publisher.start()
     channel = await conn.channel(confirms=False)
     done: list[tuple[str, str]] = []
+    skipped = 0
     try:
         queue = await channel.get_queue(conn.topology.dead_queue(reason), ensure=False)
-        while len(done) < limit:
+        while len(done) + skipped < limit:
             message = await queue.get(no_ack=False, fail=False)
             if message is None:
                 break
@@ -103,9 +117,12 @@ async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> li
                 envelope = decode(
                     TaskEnvelope, message.body, max_payload_bytes=conn.settings.max_payload_bytes
                 )
-            except InvalidEnvelope:
-                await message.reject(requeue=True)
-                break
+            except InvalidEnvelope as exc:
+                details = {**exc.as_details(), "replayed_from": reason}
+                await publisher.dead_letter("invalid", message.body, details=details)
+                await message.ack()
+                skipped += 1
+                continue
             fresh = replayed(envelope)
             await publisher.publish_envelope(
                 conn.topology.ingress, conn.topology.ingress_key, fresh, mandatory=True
@@ -115,4 +132,4 @@ async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> li
     finally:
         await channel.close()
         await publisher.close()
-    return done
+    return Replayed(done, skipped)
