@@ -168,7 +168,7 @@ async def run(args: argparse.Namespace) -> int:
     topology = Topology.from_settings(settings)
     ids = agent_ids(*parse_slice(args.agents))
     conn = await aio_pika.connect_robust(
-        settings.amqp_url.get_secret_value(),
+        settings.amqp_urls[0].get_secret_value(),
         client_properties={"connection_name": f"raw-{args.role}"},
     )
     stop = asyncio.Event()

@@ -7,4 +7,15 @@ bash infra/bootstrap.sh
 echo "== ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
 echo "== drift"; .venv/bin/mesh schemas export --check; .venv/bin/mesh topology export --check
-echo "== pytest"; .venv/bin/python -m pytest -q "$@"
+if [ "$#" -gt 0 ]; then # the tests you name, as you name them
+  echo "== pytest"; .venv/bin/python -m pytest -q "$@"
+  exit
+fi
+echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster"
+if [ "${MESH_SKIP_CLUSTER:-0}" = 1 ]; then
+  echo "== pytest cluster: skipped (MESH_SKIP_CLUSTER=1)"
+else
+  # its session fixture starts a three-node RabbitMQ cluster (infra/cluster.sh, ports
+  # 5681-5683) unless one runs, and stops it again at the end
+  echo "== pytest cluster"; .venv/bin/python -m pytest -q -m cluster tests/cluster
+fi

@@ -71,10 +71,13 @@ class MeshClient(Lifecycle):
         self._channel = await self.conn.channel(confirms=False, prefetch=256)
         # durable, not exclusive: Results published while the broker restarts (or before
         # this client has reconnected) wait in it; x-expires removes it once abandoned
+        # in quorum mode it is a quorum queue too: a classic one lives on one node, and
+        # with that node gone its Results are dropped and the client cannot reconnect
+        arguments: dict[str, Any] = {"x-expires": REPLY_QUEUE_EXPIRES_MS}
+        if self.topology.queue_type == "quorum":
+            arguments["x-queue-type"] = "quorum"
         self._reply_queue = await self._channel.declare_queue(
-            self.topology.reply_queue(self.client_id),
-            durable=True,
-            arguments={"x-expires": REPLY_QUEUE_EXPIRES_MS},
+            self.topology.reply_queue(self.client_id), durable=True, arguments=arguments
         )
         self._consumer_tag = await self._reply_queue.consume(self._on_result)
         return self

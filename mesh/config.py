@@ -2,6 +2,10 @@
 
 Nothing here reads the environment at import. Secrets never show in a repr or a log line:
 URLs are kept as `SecretStr` and shown through `mask_url()`.
+
+`amqp_url` may name several nodes of one RabbitMQ cluster, comma separated
+(``amqp://u:p@node1:5672/,amqp://u:p@node2:5672/``): `Settings.amqp_urls` lists them and
+`mesh.connection` connects to the first that answers, then fails over along the list.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pydantic import (
 )
 
 from mesh.errors import ConfigError
+from mesh.redis_pool import parse_sentinels
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +46,8 @@ URL_SCHEMES = {
     "redis_url": ("redis", "rediss", "unix"),
     "management_url": ("http", "https"),
 }
+#: settings that take a comma-separated list of URLs (the nodes of one cluster)
+URL_LISTS = frozenset({"amqp_url"})
 #: unknown ``MESH_*`` names already warned about: warn once per process, not per call
 _warned_unknown: set[str] = set()
 
@@ -73,6 +80,33 @@ def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
         )
     if port == 0:
         return f"{mask_url_safe(url)!r} has port 0"
+    return None
+
+
+def split_urls(value: str) -> list[str]:
+    """The URLs of a comma-separated list, stripped (a comma in a password is ``%2C``)."""
+    return [part.strip() for part in value.split(",")]
+
+
+def check_url_list(value: str, schemes: tuple[str, ...]) -> str | None:
+    """Why `value` is not a comma-separated list of usable URLs, or None when it is.
+
+    A single URL is a list of one: its message is `check_url`'s, unchanged.
+    """
+    urls = split_urls(value)
+    if len(urls) == 1:
+        return check_url(value, schemes)
+    seen: set[str] = set()
+    for number, url in enumerate(urls, start=1):
+        where = f"URL {number} of {len(urls)}"
+        if not url:
+            return f"{where} is empty (separate the URLs with single commas)"
+        problem = check_url(url, schemes)
+        if problem is not None:
+            return f"{where}: {problem}"
+        if url in seen:
+            return f"{where}: {mask_url_safe(url)!r} is listed twice"
+        seen.add(url)
     return None
 
 
@@ -121,8 +155,13 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # --- connections -------------------------------------------------------------------
+    #: one URL, or the nodes of one cluster comma separated (see `amqp_urls`)
     amqp_url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/")
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
+    #: Redis Sentinel ``host:port,host:port``: the master is found (and followed through a
+    #: failover) through them; MESH_REDIS_URL then gives only the login, db and TLS
+    redis_sentinels: str = ""
+    redis_sentinel_master: str = Field(default="mymaster", min_length=1, max_length=200)
     management_url: SecretStr = SecretStr("http://guest:guest@127.0.0.1:15672/")
     #: prefix of every exchange, queue and Redis key; tests use a unique one per test
     namespace: str = Field(default="mesh", pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
@@ -196,10 +235,24 @@ class Settings(BaseModel):
     context_ttl_s: int = Field(default=86_400, ge=1)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
 
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _check_sentinels(cls, value: str) -> str:
+        parse_sentinels(value)
+        return value.strip()
+
     @field_validator("amqp_url", "redis_url", "management_url")
     @classmethod
     def _check_url(cls, value: SecretStr, info: Any) -> SecretStr:
-        problem = check_url(value.get_secret_value(), URL_SCHEMES[info.field_name])
+        raw = value.get_secret_value()
+        schemes = URL_SCHEMES[info.field_name]
+        if info.field_name in URL_LISTS:
+            problem = check_url_list(raw, schemes)
+            if problem is None and "," in raw:
+                # one canonical spelling: no blanks around the commas
+                value = SecretStr(",".join(split_urls(raw)))
+        else:
+            problem = check_url(raw, schemes)
         if problem is not None:
             raise ValueError(problem)
         return value
@@ -264,8 +317,14 @@ class Settings(BaseModel):
 
     # --- convenience ----------------------------------------------------------------------
     @property
+    def amqp_urls(self) -> tuple[SecretStr, ...]:
+        """Each node `amqp_url` names, in order (one for a single broker)."""
+        return tuple(SecretStr(url) for url in split_urls(self.amqp_url.get_secret_value()))
+
+    @property
     def amqp_url_masked(self) -> str:
-        return mask_url(self.amqp_url.get_secret_value())
+        """`amqp_url` with every password masked (the list stays comma separated)."""
+        return ",".join(mask_url(url.get_secret_value()) for url in self.amqp_urls)
 
     @property
     def redis_url_masked(self) -> str:

@@ -60,6 +60,11 @@ class EffectUnknown(MeshError):
         )
 
 
+class PublishNacked(MeshError, ConnectionError):
+    """The broker nacked a confirmed publish (a quorum queue electing a new leader, a node
+    going down): transient, the publish is tried again like any connection error."""
+
+
 class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 
@@ -135,6 +140,7 @@ __all__ = [
     "ManagementRequestFailed",
     "MeshError",
     "NotStarted",
+    "PublishNacked",
     "RedisAclRefused",
     "RegistryError",
     "RegistryUnavailable",

@@ -13,10 +13,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import aio_pika
+import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractExchange, DeliveryMode
+from pamqp.commands import Basic
 
 from mesh.connection import MeshConnection
-from mesh.errors import NotStarted
+from mesh.errors import NotStarted, PublishNacked
 from mesh.lifecycle import Lifecycle
 from mesh.topology import (
     DETAILS_HEADER,
@@ -122,6 +124,29 @@ class Publisher(Lifecycle):
             found = cache[name] = await channel.get_exchange(name, ensure=False)
         return found
 
+    async def send(
+        self,
+        exchange: AbstractExchange,
+        message: aio_pika.Message,
+        routing_key: str,
+        *,
+        mandatory: bool,
+    ) -> None:
+        """Every publish of the component goes through here.
+
+        A nack of a confirmed publish (a quorum queue between leaders, a node going away)
+        is raised as `PublishNacked`, a transient error that the callers' retries cover;
+        an unroutable mandatory publish stays `PublishError`.
+        """
+        try:
+            await exchange.publish(message, routing_key=routing_key, mandatory=mandatory)
+        except aiormq.exceptions.PublishError:
+            raise
+        except aiormq.exceptions.DeliveryError as exc:
+            if isinstance(exc.frame, Basic.Nack):
+                raise PublishNacked(f"the broker nacked a publish to {exchange.name!r}") from exc
+            raise
+
     async def publish_envelope(
         self,
         exchange: str,
@@ -135,7 +160,7 @@ class Publisher(Lifecycle):
         """Publish with confirm; with `mandatory`, an unbound key raises `PublishError`."""
         ex = await self.exchange(exchange)
         message = envelope_message(envelope, expiration_ms=expiration_ms, headers=headers)
-        await ex.publish(message, routing_key=routing_key, mandatory=mandatory)
+        await self.send(ex, message, routing_key, mandatory=mandatory)
 
     async def reply(self, waiter: str | None, result: Result) -> None:
         """Send `result` to a waiter (`waiter_of`: a reply queue, maybe with the caller's
@@ -143,8 +168,11 @@ class Publisher(Lifecycle):
         if not waiter:
             return
         reply_to, correlation_id = split_waiter(waiter)
-        await self.channel.default_exchange.publish(
-            result_message(result, correlation_id), routing_key=reply_to, mandatory=False
+        await self.send(
+            self.channel.default_exchange,
+            result_message(result, correlation_id),
+            reply_to,
+            mandatory=False,
         )
 
     async def dead_letter(
@@ -171,30 +199,27 @@ class Publisher(Lifecycle):
                 all_headers[TRUNCATED_HEADER] = True
         if details:
             all_headers[DETAILS_HEADER] = dumps(dict(details)).decode()[:65_000]
-        await ex.publish(
-            aio_pika.Message(
-                body,
-                delivery_mode=DeliveryMode.PERSISTENT,
-                headers=all_headers,
-                message_id=task_id,
-                content_type=JSON,
-            ),
-            routing_key=self.topology.dead_key(reason),
-            mandatory=False,
+        message = aio_pika.Message(
+            body,
+            delivery_mode=DeliveryMode.PERSISTENT,
+            headers=all_headers,
+            message_id=task_id,
+            content_type=JSON,
         )
+        await self.send(ex, message, self.topology.dead_key(reason), mandatory=False)
         logger.info("dead-lettered reason=%s task_id=%s", reason, task_id)
 
     async def emit(self, event: Event) -> None:
         """Publish an event on `mesh.events` (transient, no confirm)."""
         ex = await self.exchange(self.topology.events, fast=True)
         message = aio_pika.Message(encode(event), content_type=JSON)
-        await ex.publish(message, routing_key=event.type, mandatory=False)
+        await self.send(ex, message, event.type, mandatory=False)
 
     async def send_fast(self, exchange: str, routing_key: str, body: bytes, **props: Any) -> None:
         """Transient publish without confirm (heartbeats, control messages)."""
         ex = await self.exchange(exchange, fast=True)
         message = aio_pika.Message(body, content_type=JSON, **props)
-        await ex.publish(message, routing_key=routing_key, mandatory=False)
+        await self.send(ex, message, routing_key, mandatory=False)
 
     async def close(self) -> None:
         for attr in ("_confirmed", "_fast"):

@@ -75,7 +75,7 @@ class Endpoints:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Endpoints:
-        nodes = settings.amqp_url.get_secret_value().split(",")
+        nodes = [u.get_secret_value() for u in settings.amqp_urls]
         return cls(
             tuple(urllib.parse.urlsplit(node.strip()) for node in nodes),
             urllib.parse.urlsplit(settings.redis_url.get_secret_value()),
@@ -91,7 +91,7 @@ class Endpoints:
     @staticmethod
     def vhost_of(settings: Settings) -> str:
         """The vhost ``MESH_AMQP_URL`` opens (its first node's; ``/`` when the path is empty)."""
-        first = settings.amqp_url.get_secret_value().split(",")[0].strip()
+        first = settings.amqp_urls[0].get_secret_value()
         path = urllib.parse.urlsplit(first).path
         return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
 

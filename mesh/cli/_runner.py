@@ -32,7 +32,7 @@ SPEC_EXAMPLE = "e.g. agents.support:refunds or agents.support:*"
 def warn_without_access_control(settings: Settings, name: str) -> None:
     """Say once, at start-up, that a service logs in as the broker's shared development
     user: any process that reaches the broker can then act as any agent."""
-    users = {urlsplit(url).username or "guest" for url in _amqp_urls(settings)}
+    users = {urlsplit(u.get_secret_value()).username or "guest" for u in settings.amqp_urls}
     if users & {"guest"}:
         logger.warning(
             "%s runs without access control: it logs in to RabbitMQ as 'guest', like every "
@@ -40,10 +40,6 @@ def warn_without_access_control(settings: Settings, name: str) -> None:
             "agent (fine on loopback; see README 'Security' and `mesh access provision`)",
             name,
         )
-
-
-def _amqp_urls(settings: Settings) -> list[str]:
-    return [u.strip() for u in settings.amqp_url.get_secret_value().split(",") if u.strip()]
 
 
 async def serve(settings: Settings, name: str, starter: Starter) -> int:

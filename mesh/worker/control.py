@@ -76,9 +76,10 @@ class ControlConsumer(Lifecycle):
             confidence=min(max(float(confidence), 0.0), 1.0),
             load=float(self.load()) / max(self.agent.max_concurrency, 1),
         )
-        await self.publisher.channel.default_exchange.publish(
+        await self.publisher.send(
+            self.publisher.channel.default_exchange,
             aio_pika.Message(encode(bid), content_type="application/json"),
-            routing_key=request.reply_to,
+            request.reply_to,
             mandatory=False,
         )
         self.bids += 1

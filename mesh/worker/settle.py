@@ -222,11 +222,13 @@ class Settler:
     async def _republish(self, envelope: TaskEnvelope, headers: dict[str, str]) -> None:
         """Send `envelope` back to this agent's queue through `mesh.retry` (confirmed)."""
         topology = self.deps.topology
-        exchange = await self.deps.publisher.exchange(topology.retry)
+        publisher = self.deps.publisher
+        exchange = await publisher.exchange(topology.retry)
         await with_retries(
-            lambda: exchange.publish(
+            lambda: publisher.send(
+                exchange,
                 envelope_message(envelope, headers=headers),
-                routing_key=topology.agent_routing_key(self.deps.agent_id, envelope.priority),
+                topology.agent_routing_key(self.deps.agent_id, envelope.priority),
                 mandatory=False,
             )
         )

@@ -78,7 +78,7 @@ async def _plain_client(settings: Settings, *extra: str) -> list[dict[str, Any]]
         sys.executable,
         "-c",
         PLAIN_CLIENT,
-        settings.amqp_url.get_secret_value(),
+        settings.amqp_urls[0].get_secret_value(),
         settings.namespace,
         *extra,
         stdout=subprocess.PIPE,

@@ -1,0 +1,90 @@
+"""The Redis client of a process: one URL, or a master found through Redis Sentinel.
+
+With ``MESH_REDIS_SENTINELS`` (``host:port,host:port``) the client asks the sentinels for
+the current master of ``MESH_REDIS_SENTINEL_MASTER`` and asks again whenever a connection
+to it fails, so a Sentinel failover is followed without a restart. ``MESH_REDIS_URL``
+still gives the login, the database and TLS (``rediss://``) of the data connections.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio as redis_asyncio
+from redis.asyncio.connection import SSLConnection, parse_url
+from redis.asyncio.sentinel import Sentinel
+
+from mesh.errors import ConfigError
+
+#: Redis connections one process opens at most (commands then wait for one)
+REDIS_MAX_CONNECTIONS = 256
+
+Redis = redis_asyncio.Redis
+
+
+def parse_sentinels(value: str) -> list[tuple[str, int]]:
+    """``host:port,host:port`` -> [(host, port)]; a clear error for anything else."""
+    out: list[tuple[str, int]] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"{item!r} is not host:port "
+                "(e.g. MESH_REDIS_SENTINELS=10.0.0.1:26379,10.0.0.2:26379)"
+            )
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def redis_client(
+    url: str,
+    *,
+    sentinels: str = "",
+    master: str = "mymaster",
+    connect_timeout_s: float = 5.0,
+) -> Redis:
+    """A client for `url`, or for the Sentinel master `master` when `sentinels` is set."""
+    common: dict[str, Any] = {
+        "socket_connect_timeout": connect_timeout_s,
+        "health_check_interval": 10,
+    }
+    if not sentinels:
+        # a blocking pool: past `REDIS_MAX_CONNECTIONS` a command waits for a free
+        # connection instead of failing (a process hosting hundreds of agents bursts)
+        pool = redis_asyncio.BlockingConnectionPool.from_url(
+            url, max_connections=REDIS_MAX_CONNECTIONS, timeout=connect_timeout_s * 4, **common
+        )
+        return redis_asyncio.Redis.from_pool(pool)  # closes the pool with the client
+    parts = parse_url(url)
+    login = {k: parts[k] for k in ("username", "password") if parts.get(k)}
+    data: dict[str, Any] = {**common, **login, "db": parts.get("db", 0)}
+    if parts.get("connection_class") is SSLConnection:
+        data["ssl"] = True
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        parse_sentinels(sentinels),
+        sentinel_kwargs={"socket_connect_timeout": connect_timeout_s, "socket_timeout": 2.0},
+        max_connections=REDIS_MAX_CONNECTIONS,
+        **data,
+    )
+    client = sentinel.master_for(master, redis_class=_SentinelRedis)
+    assert isinstance(client, _SentinelRedis)
+    client.sentinel_manager = sentinel
+    return client
+
+
+class _SentinelRedis(redis_asyncio.Redis):
+    """A master client that also closes its connections to the sentinels."""
+
+    sentinel_manager: Sentinel | None = None
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        await super().aclose(close_connection_pool)
+        manager, self.sentinel_manager = self.sentinel_manager, None
+        if manager is not None:
+            for each in manager.sentinels:
+                await each.aclose()
+
+
+__all__ = ["REDIS_MAX_CONNECTIONS", "parse_sentinels", "redis_client"]
