@@ -104,6 +104,11 @@ async def mesh_env(
     yield open_conn
     for conn in reversed(opened):
         await conn.close()
+    await purge(settings)
+
+
+async def purge(settings: Settings) -> None:
+    """Delete a namespace everywhere: its exchanges and queues, and its Redis keys."""
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     cleaner = await connect(settings, name="cleanup")
     try:

@@ -15,12 +15,11 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.dispatch.store import TaskStore
 from mesh.errors import StaleFencingToken
-from mesh.management import Management
 from mesh.registry.fencing import check_token
 from mesh.registry.lease import LeaseStore
 from mesh.services import start_registry, start_worker
 from schemas import Registration, Result, TaskEnvelope
-from tests.conftest import wait_until
+from tests.conftest import purge, wait_until
 from tests.integration.dispatch_kit import OrderedSelector, declare_idle_agents, start_router
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -125,7 +124,7 @@ async def test_a_dispatch_returned_after_redis_lost_its_record_is_still_answered
     instead of dropping it as if it had finished."""
     conn = await connect(quick_settings, name="redis-loss-returned")
     add_cleanup(conn.close)
-    add_cleanup(lambda: _purge(quick_settings))
+    add_cleanup(lambda: purge(quick_settings))
     await start_router(conn, add_cleanup, OrderedSelector("idle", "other"))
     await declare_idle_agents(conn, "idle")
     async with MeshClient(conn) as client:
@@ -142,12 +141,3 @@ async def test_a_dispatch_returned_after_redis_lost_its_record_is_still_answered
     assert result.status == "unroutable", result
     assert (await store.state(result.task_id)).get("state") == "unroutable"
     assert any("its record was gone" in r.getMessage() for r in caplog.records)
-
-
-async def _purge(settings: Settings) -> None:
-    await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
-    cleaner = await connect(settings, name="cleanup")
-    try:
-        await _forget_everything(cleaner)
-    finally:
-        await cleaner.close()

@@ -12,12 +12,11 @@ import pytest
 from mesh import Agent, MeshClient, TaskContext
 from mesh.config import Settings
 from mesh.connection import connect
-from mesh.management import Management
 from mesh.registry.session import RegistrySession
 from mesh.services import start_registry
 from mesh.worker.runtime import WorkerRuntime
 from schemas import TaskEnvelope, now_ms
-from tests.conftest import wait_until
+from tests.conftest import purge, wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 
 pytestmark = pytest.mark.integration
@@ -39,23 +38,12 @@ def _sleeper(running: list[int], peak: list[int]) -> Agent:
     return agent
 
 
-async def _purge(settings: Settings) -> None:
-    await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
-    cleaner = await connect(settings, name="cleanup")
-    try:
-        keys = [k async for k in cleaner.redis.scan_iter(match=f"{settings.namespace}:*")]
-        if keys:
-            await cleaner.redis.delete(*keys)
-    finally:
-        await cleaner.close()
-
-
 async def test_a_quorum_band_runs_the_agents_whole_concurrency(
     namespace: str, add_cleanup: Any
 ) -> None:
     settings = Settings.from_env(namespace=namespace, queue_type="quorum")
     conn = await connect(settings, name="bands")
-    add_cleanup(lambda: _purge(settings))
+    add_cleanup(lambda: purge(settings))
     add_cleanup(conn.close)
     await start_router(conn, add_cleanup)
     running, peak = [0], [0]
@@ -74,7 +62,7 @@ async def test_a_lapsed_lease_while_no_registry_answers_does_not_storm(
 ) -> None:
     settings = Settings.from_env(namespace=namespace, heartbeat_s=0.3, lease_ttl_s=1.0)
     conn = await connect(settings, name="backoff")
-    add_cleanup(lambda: _purge(settings))
+    add_cleanup(lambda: purge(settings))
     add_cleanup(conn.close)
     stop_registry = await start_registry(conn)
     await start_router(conn, add_cleanup)
