@@ -175,6 +175,10 @@ class Settings(BaseModel):
     queue_type: Literal["classic", "quorum"] = "classic"
     #: quorum queues end a poison message after this many deliveries
     delivery_limit: int = Field(default=5, ge=1)
+    #: ``apply``: each component declares what it uses (development); ``passive``: the admin
+    #: applied the topology (`mesh topology apply`), components only check it is there
+    #: and need no configure permission on shared objects
+    topology: Literal["apply", "passive"] = "apply"
 
     # --- registry ------------------------------------------------------------------------
     #: must stay < lease_ttl_s / 2 so one lost beat cannot expire a lease

@@ -11,7 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractExchange, ExchangeType
+
+from mesh.errors import ConfigError
 
 DeadReason = Literal["invalid", "unroutable", "hops", "retries", "expired"]
 DEAD_REASONS: tuple[DeadReason, ...] = ("invalid", "unroutable", "hops", "retries", "expired")
@@ -102,6 +105,8 @@ class Topology:
     queue_type: Literal["classic", "quorum"] = "classic"
     delivery_limit: int = 5
     retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
+    #: ``passive``: `declare` only checks that the objects exist (the admin applied them)
+    mode: Literal["apply", "passive"] = "apply"
 
     @classmethod
     def from_settings(cls, settings: Any) -> Topology:
@@ -110,6 +115,7 @@ class Topology:
             queue_type=settings.queue_type,
             delivery_limit=settings.delivery_limit,
             retry_delays_ms=tuple(sorted(set(settings.retry_delays_ms))),
+            mode=getattr(settings, "topology", "apply"),
         )
 
     # --- names ---------------------------------------------------------------------------
@@ -309,9 +315,34 @@ class Topology:
         )
 
     # --- declaration -----------------------------------------------------------------------
-    async def declare(self, channel: AbstractChannel, spec: TopologySpec | None = None) -> None:
-        """Declare `spec` (default: the static topology); idempotent."""
-        await declare_spec(channel, spec or self.static_spec())
+    async def declare(
+        self, channel: AbstractChannel, spec: TopologySpec | None = None, *, apply: bool = False
+    ) -> None:
+        """Declare `spec` (default: the static topology); idempotent.
+
+        In ``passive`` mode (and without `apply`, which `mesh topology apply` passes) the
+        objects are only checked: a missing one raises `ConfigError` naming it and the
+        command that creates it, and no configure permission is needed.
+        """
+        spec = spec or self.static_spec()
+        if self.mode == "passive" and not apply:
+            await check_spec(channel, spec, self.apply_hint(spec))
+        else:
+            await declare_spec(channel, spec)
+
+    def apply_hint(self, spec: TopologySpec) -> str:
+        """The command that creates `spec` (an agent's queues need its id)."""
+        prefix = f"{self.namespace}.agent."
+        bands = tuple(f".{band}" for band, _ in PRIORITY_BANDS)
+        agents = set()
+        for q in spec.queues:
+            if q.name.startswith(prefix):
+                agent = q.name[len(prefix) :]
+                if self.queue_type == "quorum" and agent.endswith(bands):
+                    agent = agent.rsplit(".", 1)[0]
+                agents.add(agent)
+        extra = "".join(f" --agent {a}" for a in sorted(agents))
+        return f"MESH_NAMESPACE={self.namespace} mesh topology apply{extra}"
 
     def definitions(self, rabbit_version: str = "3.10.8") -> dict[str, Any]:
         """The static topology in RabbitMQ's definitions format (`import_definitions`)."""
@@ -337,6 +368,23 @@ async def declare_spec(channel: AbstractChannel, spec: TopologySpec) -> None:
     for b in spec.bindings:
         exchange: AbstractExchange | str = exchanges.get(b.exchange, b.exchange)
         await queues[b.queue].bind(exchange, routing_key=b.routing_key, arguments=dict(b.arguments))
+
+
+async def check_spec(channel: AbstractChannel, spec: TopologySpec, hint: str) -> None:
+    """Check that every exchange and queue of `spec` exists (passive declares)."""
+    objects = [("exchange", ex.name) for ex in spec.exchanges]
+    objects += [("queue", q.name) for q in spec.queues]
+    for kind, name in objects:
+        try:
+            if kind == "exchange":
+                await channel.declare_exchange(name, passive=True)
+            else:
+                await channel.declare_queue(name, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            raise ConfigError(
+                f"{kind} {name!r} is not on the broker, and this process only checks the "
+                f"topology (MESH_TOPOLOGY=passive): the admin creates it with `{hint}`"
+            ) from None
 
 
 def spec_definitions(spec: TopologySpec, rabbit_version: str) -> dict[str, Any]:

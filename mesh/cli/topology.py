@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from mesh.topology import Topology
 from schemas.codec import dumps
 
 DEFAULT_PATH = Path("infra/definitions.json")
+#: an agent id, as `schemas` accepts it
+AGENT_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 #: the namespace of the committed definitions file
 DEFAULT_NAMESPACE: str = Settings.model_fields["namespace"].default
 
@@ -33,11 +36,24 @@ def register(sub: Any) -> None:
     )
     e.add_argument("--check", action="store_true", help="exit 1 if the file differs")
     e.set_defaults(func=_export)
-    d = tsub.add_parser(
-        "declare",
-        help="declare every exchange and queue of MESH_NAMESPACE on the broker (creates it)",
-    )
-    d.set_defaults(func=_declare)
+    for name in ("apply", "declare"):
+        d = tsub.add_parser(
+            name,
+            help="create every exchange and queue of MESH_NAMESPACE on the broker (the admin "
+            "does it once; components with MESH_TOPOLOGY=passive only check it)"
+            + ("" if name == "apply" else "; same as apply"),
+            description="Create the namespace's exchanges, queues and bindings, and the "
+            "queues of each --agent. Idempotent. Example: mesh topology apply "
+            "--agent support.refunds --agent support.logistics",
+        )
+        d.add_argument(
+            "--agent",
+            action="append",
+            default=[],
+            metavar="ID",
+            help="also create this agent's queue(s); repeatable",
+        )
+        d.set_defaults(func=_declare)
 
 
 def render(settings: Settings) -> bytes:
@@ -75,12 +91,21 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _declare(args: argparse.Namespace, settings: Settings) -> int:
+    agents: list[str] = args.agent
+    for agent in agents:
+        if not AGENT_ID.fullmatch(agent):
+            print(f"mesh: --agent {agent!r} is not an agent id", file=sys.stderr)
+            return 2
+
     async def go() -> None:
         async with await connect(settings, name="mesh-topology") as conn:
             channel = await conn.channel()
-            await conn.topology.declare(channel)
+            topology = conn.topology
+            await topology.declare(channel, apply=True)
+            for agent in agents:
+                await topology.declare(channel, topology.agent_spec(agent), apply=True)
             await channel.close()
 
     asyncio.run(go())
-    print(dumps({"declared": settings.namespace}).decode())
+    print(dumps({"declared": settings.namespace, "agents": agents}).decode())
     return 0
