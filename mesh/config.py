@@ -180,6 +180,18 @@ class Settings(BaseModel):
     #: and need no configure permission on shared objects
     topology: Literal["apply", "passive"] = "apply"
 
+    # --- access control (README "Security") ------------------------------------------------
+    #: on: the registry accepts an agent's registrations, heartbeats and goodbyes only from
+    #: its broker user (``<prefix>worker.<agent_id>`` or `agent_users`), instance ids must
+    #: start with ``<agent_id>-`` and a live one cannot be taken over
+    access_control: bool = False
+    #: prefix of the provisioned user names (default: `mesh access provision`'s own)
+    access_user_prefix: str | None = None
+    #: broker user -> the agents it may register, beside the ``worker.<agent_id>`` rule
+    agent_users: dict[str, list[str]] = Field(default_factory=dict)
+    #: largest registration body the registry accepts under access control
+    max_registration_bytes: int = Field(default=64 * 1024, ge=1024)
+
     # --- registry ------------------------------------------------------------------------
     #: must stay < lease_ttl_s / 2 so one lost beat cannot expire a lease
     heartbeat_s: float = Field(default=5.0, gt=0)

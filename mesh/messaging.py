@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +37,13 @@ from schemas.codec import dumps
 logger = logging.getLogger(__name__)
 
 JSON = "application/json"
+
+
+def login_of(settings: Any) -> str:
+    """The broker user this process logs in as (the first AMQP URL's; ``guest`` when the
+    URL names none): every mesh publish carries it as ``user_id``, which the broker checks."""
+    url = settings.amqp_urls[0].get_secret_value()
+    return urllib.parse.unquote(urllib.parse.urlsplit(url).username or "guest")
 
 
 def envelope_message(
@@ -97,6 +105,8 @@ class Publisher(Lifecycle):
     def __init__(self, conn: MeshConnection) -> None:
         self.conn = conn
         self.topology = conn.topology
+        #: stamped as ``user_id`` on every publish (the broker refuses any other)
+        self.login = login_of(conn.settings)
         self._confirmed: AbstractChannel | None = None
         self._fast: AbstractChannel | None = None
         self._exchanges: dict[str, AbstractExchange] = {}
@@ -132,12 +142,13 @@ class Publisher(Lifecycle):
         *,
         mandatory: bool,
     ) -> None:
-        """Every publish of the component goes through here.
+        """Every publish of the component goes through here, stamped with its login.
 
         A nack of a confirmed publish (a quorum queue between leaders, a node going away)
         is raised as `PublishNacked`, a transient error that the callers' retries cover;
         an unroutable mandatory publish stays `PublishError`.
         """
+        message.user_id = self.login
         try:
             await exchange.publish(message, routing_key=routing_key, mandatory=mandatory)
         except aiormq.exceptions.PublishError:

@@ -206,6 +206,16 @@ class Topology:
         """Control routing key reaching every instance of `agent_id`."""
         return f"agent.{agent_id}"
 
+    @property
+    def sessions(self) -> str:
+        """Topic exchange of registry answers to instances (`session_key`)."""
+        return f"{self.namespace}.sessions"
+
+    @staticmethod
+    def session_key(agent_id: str, instance_id: str) -> str:
+        """Routing key of registry answers to one instance: ``session.<agent>.<instance>``."""
+        return f"session.{agent_id}.{instance_id}"
+
     def session_queue(self, instance_id: str) -> str:
         """Exclusive queue of one instance's registry session (acks, lease-lost notices)."""
         return f"{self.namespace}.session.{instance_id}"
@@ -253,6 +263,7 @@ class Topology:
             ExchangeSpec(self.capabilities, ExchangeType.TOPIC),
             ExchangeSpec(self.control, ExchangeType.TOPIC),
             ExchangeSpec(self.registry, ExchangeType.DIRECT),
+            ExchangeSpec(self.sessions, ExchangeType.TOPIC),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
             ExchangeSpec(self.retry, ExchangeType.HEADERS),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),

@@ -172,7 +172,7 @@ class FutureNames:
     @property
     def sessions(self) -> str:
         """Topic exchange of registry answers, keys ``session.<agent>.<instance>``."""
-        return f"{self._ns}.sessions"
+        return self.topology.sessions
 
     @property
     def bids(self) -> str:
@@ -207,7 +207,6 @@ class FutureNames:
         return [
             (self.results, "results exchange + queue (workers -> router)"),
             (self.replies, "replies topic exchange (router -> callers)"),
-            (self.sessions, "sessions topic exchange (registry -> instances)"),
             (self.bids, "bids topic exchange (workers -> routers)"),
             (self.observer_queue_prefix("<user>") + "*", "observer queues"),
             (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),

@@ -39,6 +39,13 @@ _GRANT_LUA = (
     _NOW_LUA
     + NEXT_TOKEN_LUA
     + """
+if ARGV[8] == '1' then
+  -- a live instance id belongs to the session that holds it (access control)
+  local v = redis.call('HMGET', KEYS[2], 'status', 'lease_expires_ms', 'session')
+  if v[1] == 'up' and v[2] and tonumber(v[2]) >= now and v[3] and v[3] ~= ARGV[7] then
+    return {-1, now, 0}
+  end
+end
 local token = next_token(KEYS[1])
 local exp = now + tonumber(ARGV[4])
 redis.call('PERSIST', KEYS[2])
@@ -46,7 +53,7 @@ redis.call('HDEL', KEYS[2], 'down_reason', 'down_ms')
 redis.call('HSET', KEYS[2], 'agent_id', ARGV[1], 'instance_id', ARGV[2],
   'token', string.format('%d', token),
   'status', 'up', 'lease_expires_ms', exp, 'last_heartbeat_ms', now, 'registered_ms', now,
-  'in_flight', 0, 'max_concurrency', ARGV[5], 'version', ARGV[6])
+  'in_flight', 0, 'max_concurrency', ARGV[5], 'version', ARGV[6], 'session', ARGV[7])
 redis.call('HSET', KEYS[3], 'registration', ARGV[3], 'updated_ms', now)
 redis.call('SADD', KEYS[4], ARGV[2])
 redis.call('SADD', KEYS[5], ARGV[1])
@@ -183,11 +190,15 @@ class LeaseStore:
         self._release = redis.register_script(_RELEASE_LUA)
         self._sweep = redis.register_script(_SWEEP_LUA)
 
-    async def grant(self, registration: Registration) -> Grant:
+    async def grant(
+        self, registration: Registration, *, session: str = "", guard: bool = False
+    ) -> Grant | None:
         """Register an instance: a new token (strictly greater than any before), lease up.
 
         The token is floored by Redis' clock (`NEXT_TOKEN_LUA`), so it stays greater than
-        every earlier one even after Redis lost its data.
+        every earlier one even after Redis lost its data. `session` names the registering
+        session (its reply queue); with `guard`, an instance id that another session holds
+        with a live lease is not taken over: None.
         """
         k = self.keys
         agent_id, iid = registration.agent_id, registration.instance_id
@@ -207,8 +218,12 @@ class LeaseStore:
                 self.ttl_ms,
                 registration.max_concurrency,
                 registration.version,
+                session,
+                "1" if guard else "0",
             ],
         )
+        if int(token) < 0:
+            return None
         return Grant(int(token), int(now), int(exp))
 
     async def renew(self, beats: Sequence[Beat]) -> list[Renewal]:

@@ -34,6 +34,7 @@ from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.registry import protocol
+from mesh.registry.admission import Admission, Refusal
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
@@ -50,7 +51,7 @@ from schemas import (
     encode,
     new_id,
 )
-from schemas.codec import dumps, loads
+from schemas.codec import dumps, loads, peek
 from schemas.result import FieldProblem
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,15 @@ class RegistryService(Lifecycle):
         self._renewed: dict[str, LeaseRow] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: counters, for `mesh registry -v` logs and the benchmark
-        self.stats = {"registered": 0, "heartbeats": 0, "lost": 0, "down": 0, "batches": 0}
+        self.stats = {
+            "registered": 0,
+            "heartbeats": 0,
+            "lost": 0,
+            "down": 0,
+            "batches": 0,
+            "refused": 0,
+        }
+        self.admission = Admission(conn.settings)
 
     @property
     def store(self) -> LeaseStore:
@@ -138,11 +147,29 @@ class RegistryService(Lifecycle):
                 "registry %s: %s message not handled", self.registry_id, kind, exc_info=True
             )
 
+    def _refused(
+        self, message: AbstractIncomingMessage, what: str, agent_id: str, instance_id: str
+    ) -> Refusal | None:
+        """The admission check of `message` (None: accepted); a refusal is logged, counted."""
+        refusal = self.admission.refusal(message.user_id, agent_id, instance_id)
+        if refusal is not None:
+            self.stats["refused"] += 1
+            logger.warning(
+                "registry %s: %s of instance %s refused: %s",
+                self.registry_id,
+                what,
+                instance_id,
+                refusal.message,
+            )
+        return refusal
+
     def _on_heartbeat(self, message: AbstractIncomingMessage) -> None:
         try:
             hb = Heartbeat.model_validate_json(message.body)
         except ValidationError:
             logger.warning("registry %s: invalid heartbeat dropped", self.registry_id)
+            return
+        if self._refused(message, "heartbeat", hb.agent_id, hb.instance_id):
             return
         beat = Beat(
             hb.agent_id, hb.instance_id, hb.token, hb.in_flight, hb.max_concurrency, hb.stuck
@@ -151,23 +178,42 @@ class RegistryService(Lifecycle):
         self._beats_ready.set()
 
     async def _on_register(self, message: AbstractIncomingMessage) -> None:
+        limit = self.settings.max_registration_bytes
+        if self.admission.enabled and len(message.body) > limit:
+            self.stats["refused"] += 1
+            await self._refuse(
+                message, "registration_too_large", f"a registration is at most {limit} bytes"
+            )
+            return
         try:
             registration = self._registration(message)
         except InvalidEnvelope as exc:
-            await self._reply(
-                message,
-                protocol.ERROR,
-                dumps(
-                    {
-                        "code": "invalid_registration",
-                        "message": str(exc),
-                        "details": exc.as_details(),
-                    }
-                ),
-            )
+            await self._refuse(message, "invalid_registration", str(exc), exc.as_details())
             await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
             return
-        grant = await self.store.grant(registration)
+        agent_id, instance_id = registration.agent_id, registration.instance_id
+        refusal = self._refused(message, "registration", agent_id, instance_id)
+        if refusal is not None:
+            await self._refuse(message, refusal.code, refusal.message, ids=(agent_id, instance_id))
+            return
+        grant = await self.store.grant(
+            registration, session=message.reply_to or "", guard=self.admission.enabled
+        )
+        if grant is None:
+            self.stats["refused"] += 1
+            logger.warning(
+                "registry %s: registration of instance %s refused: held by a live session",
+                self.registry_id,
+                instance_id,
+            )
+            await self._refuse(
+                message,
+                "instance_in_use",
+                f"instance {instance_id!r} is held by a live session; it is free once that "
+                "session deregisters or its lease lapses",
+                ids=(agent_id, instance_id),
+            )
+            return
         self.stats["registered"] += 1
         await self.publisher.emit(
             up_event(registration, grant.token, grant.now_ms, grant.lease_expires_ms)
@@ -179,7 +225,7 @@ class RegistryService(Lifecycle):
             lease_ttl_s=self.settings.lease_ttl_s,
             heartbeat_s=self.settings.heartbeat_s,
         )
-        await self._reply(message, protocol.ACK, encode(ack))
+        await self._reply(message, protocol.ACK, encode(ack), (agent_id, instance_id))
         logger.info(
             "registered agent=%s instance=%s token=%d",
             registration.agent_id,
@@ -220,6 +266,8 @@ class RegistryService(Lifecycle):
         except InvalidEnvelope as exc:
             await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
             return
+        if self._refused(message, "deregistration", goodbye.agent_id, goodbye.instance_id):
+            return
         released, last_hb, expires = await self.store.release(goodbye.instance_id, goodbye.token)
         if not released:
             return
@@ -237,19 +285,57 @@ class RegistryService(Lifecycle):
         )
         logger.info("deregistered agent=%s instance=%s", goodbye.agent_id, goodbye.instance_id)
 
-    async def _reply(self, message: AbstractIncomingMessage, kind: str, body: bytes) -> None:
-        if not message.reply_to or self._channel is None:
-            return
-        await self._channel.default_exchange.publish(
-            aio_pika.Message(
-                body,
-                content_type=protocol.JSON,
-                type=kind,
-                correlation_id=message.correlation_id,
-            ),
-            routing_key=message.reply_to,
-            mandatory=False,
+    async def _refuse(
+        self,
+        message: AbstractIncomingMessage,
+        code: str,
+        text: str,
+        details: Any = None,
+        ids: tuple[str, str] | None = None,
+    ) -> None:
+        body = {"code": code, "message": text, **({"details": details} if details else {})}
+        await self._reply(message, protocol.ERROR, dumps(body), ids)
+
+    async def _reply(
+        self,
+        message: AbstractIncomingMessage,
+        kind: str,
+        body: bytes,
+        ids: tuple[str, str] | None = None,
+    ) -> None:
+        """Answer a registration: to its reply_to queue without access control; under it
+        through the sessions exchange, keyed by agent and instance (the registry gets no
+        write on the default exchange). A body that did not decode is answered under the
+        ids it names, if any.
+        """
+        if ids is None:
+            agent_id, instance_id = (
+                peek(message.body, "agent_id"),
+                peek(message.body, "instance_id"),
+            )
+            if agent_id and instance_id:
+                ids = (agent_id[:128], instance_id[:128])
+        answer = aio_pika.Message(
+            body, content_type=protocol.JSON, type=kind, correlation_id=message.correlation_id
         )
+        await self._answer(answer, ids, message.reply_to)
+
+    async def _answer(
+        self, answer: aio_pika.Message, ids: tuple[str, str] | None, reply_to: str | None
+    ) -> None:
+        if self._channel is None:
+            return
+        answer.user_id = self.publisher.login
+        if reply_to and not self.admission.enabled:
+            # development: the reply_to queue, as any AMQP RPC (an A2A card from a plain
+            # client); the mesh's sessions also bind the sessions exchange
+            await self._channel.default_exchange.publish(
+                answer, routing_key=reply_to, mandatory=False
+            )
+        elif ids is not None:
+            exchange = await self._channel.get_exchange(self.topology.sessions, ensure=False)
+            key = self.topology.session_key(*ids)
+            await exchange.publish(answer, routing_key=key, mandatory=False)
 
     # --- heartbeats ----------------------------------------------------------------------
     async def _flush_loop(self) -> None:
@@ -299,20 +385,17 @@ class RegistryService(Lifecycle):
                 await self._lease_lost(beat, reply_to)
 
     async def _lease_lost(self, beat: Beat, reply_to: str | None) -> None:
-        if not reply_to or self._channel is None:
+        if self._channel is None:
             return
         logger.info(
             "lease lost agent=%s instance=%s token=%d", beat.agent_id, beat.instance_id, beat.token
         )
-        await self._channel.default_exchange.publish(
-            aio_pika.Message(
-                protocol.lease_lost_body(beat.instance_id, beat.token),
-                content_type=protocol.JSON,
-                type=protocol.LEASE_LOST,
-            ),
-            routing_key=reply_to,
-            mandatory=False,
+        notice = aio_pika.Message(
+            protocol.lease_lost_body(beat.instance_id, beat.token),
+            content_type=protocol.JSON,
+            type=protocol.LEASE_LOST,
         )
+        await self._answer(notice, (beat.agent_id, beat.instance_id), reply_to)
 
     # --- sweep ---------------------------------------------------------------------------
     async def _sweep_loop(self) -> None:

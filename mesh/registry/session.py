@@ -33,6 +33,7 @@ from tenacity import (
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RegistryError, RegistryUnavailable, StaleFencingToken
+from mesh.messaging import login_of
 from mesh.registry import fencing, protocol
 from mesh.tasks import raise_if_cancelling
 from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
@@ -59,6 +60,8 @@ class RegistrySession:
         self.instance_id = registration.instance_id
         self.settings = conn.settings
         self.attempt_timeout_s = attempt_timeout_s
+        #: stamped as ``user_id`` on every message: the registry checks it under access control
+        self.login = login_of(conn.settings)
         self.register_timeout_s = register_timeout_s
         self._token: int | None = None
         self._load: Callable[[], int] = lambda: 0
@@ -93,11 +96,17 @@ class RegistrySession:
         channel = self._channel = await self.conn.channel(confirms=False)
         await self.conn.topology.declare(channel)
         self._registry_ex = await channel.get_exchange(self.conn.topology.registry, ensure=False)
+        topology = self.conn.topology
         self._queue = await channel.declare_queue(
-            self.conn.topology.session_queue(self.instance_id),
+            topology.session_queue(self.instance_id),
             durable=False,
             exclusive=True,
             auto_delete=True,
+        )
+        # the registry answers through the sessions exchange, keyed by agent and instance
+        # (never through the default exchange, which would let it write any queue)
+        await self._queue.bind(
+            topology.sessions, routing_key=topology.session_key(self.agent_id, self.instance_id)
         )
         await self._queue.consume(self._on_reply, no_ack=True)
         await self._register()
@@ -145,11 +154,7 @@ class RegistrySession:
                 agent_id=self.agent_id, instance_id=self.instance_id, token=self._token
             )
             with contextlib.suppress(aio_pika.exceptions.AMQPError, RuntimeError):
-                await self._registry_ex.publish(
-                    protocol.deregister_message(goodbye),
-                    routing_key=self.conn.topology.registry_key,
-                    mandatory=False,
-                )
+                await self._send(protocol.deregister_message(goodbye))
         for fut in self._pending.values():
             fut.cancel()
         self._pending.clear()
@@ -198,15 +203,13 @@ class RegistrySession:
         fut: asyncio.Future[RegistrationAck] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = fut
         try:
-            await self._registry_ex.publish(
+            await self._send(
                 protocol.register_message(
                     self.registration,
                     reply_to=self._queue.name,
                     correlation_id=correlation_id,
                     expiration_s=self.attempt_timeout_s,
-                ),
-                routing_key=self.conn.topology.registry_key,
-                mandatory=False,
+                )
             )
             async with asyncio.timeout(self.attempt_timeout_s):
                 return await fut
@@ -283,10 +286,17 @@ class RegistrySession:
             max_concurrency=self.registration.max_concurrency,
             sent_ms=now_ms(),
         )
-        await self._registry_ex.publish(
+        await self._send(
             protocol.heartbeat_message(
                 beat, reply_to=self._queue.name, expiration_s=self.settings.heartbeat_s
-            ),
-            routing_key=self.conn.topology.registry_key,
-            mandatory=False,
+            )
+        )
+
+    async def _send(self, message: aio_pika.Message) -> None:
+        """Publish to the registry, stamped with this process's login (``user_id``)."""
+        if self._registry_ex is None:
+            raise NotStarted("RegistrySession.start() was not awaited")
+        message.user_id = self.login
+        await self._registry_ex.publish(
+            message, routing_key=self.conn.topology.registry_key, mandatory=False
         )

@@ -13,9 +13,8 @@ import logging
 import os
 import stat
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -25,120 +24,25 @@ import pytest
 import redis.asyncio as redis_asyncio
 from redis.exceptions import NoPermissionError, ResponseError
 
-from mesh.access.provision import Credentials, Provisioner, ProvisionReport
-from mesh.access.roles import AccessScope, Plan, Role, build_plan, roles_for
+from mesh.access.provision import Credentials, Provisioner
+from mesh.access.roles import AccessScope, Role
 from mesh.cli.main import main
 from mesh.config import Settings
-from mesh.connection import connect
 from mesh.keys import Keys
 from mesh.management import Management
-from mesh.topology import DELAY_HEADER, Topology, declare_spec
+from mesh.topology import DELAY_HEADER
+from tests.integration.access_kit import (
+    AGENT_A,
+    AGENT_B,
+    CLIENT,
+    DEAD_LETTER_CAP,
+    OBSERVER,
+    Opener,
+    Provisioned,
+    plan_for,
+)
 
 pytestmark = pytest.mark.integration
-
-AGENT_A = "team.alpha"
-AGENT_B = "team.beta"
-CLIENT = "web"
-OBSERVER = "ops"
-
-
-@dataclass
-class Provisioned:
-    settings: Settings
-    scope: AccessScope
-    topology: Topology
-    plan: Plan
-    report: ProvisionReport
-    provisioner: Provisioner
-    management: Management
-    base_redis_url: str
-
-    def creds(self, role: Role) -> Credentials:
-        creds = self.report.of(role).credentials
-        assert creds is not None
-        return creds
-
-    def user(self, role: Role) -> str:
-        return self.scope.user(role)
-
-
-@pytest.fixture
-def base_settings() -> Settings:
-    return Settings.from_env(namespace=f"test.{uuid.uuid4().hex[:12]}")
-
-
-@pytest.fixture
-async def provisioner(base_settings: Settings) -> AsyncIterator[Provisioner]:
-    p = Provisioner.from_settings(base_settings)
-    yield p
-    p.close()
-
-
-@pytest.fixture
-async def scope(base_settings: Settings, provisioner: Provisioner) -> AsyncIterator[AccessScope]:
-    """A fresh vhost name; at teardown everything provisioned in it goes, and the vhost."""
-    scope = AccessScope(base_settings.namespace, f"test-access-{uuid.uuid4().hex[:10]}")
-    yield scope
-    management = Management(base_settings)
-    try:
-        await asyncio.to_thread(provisioner.revoke, scope, delete_vhost=True)
-    finally:
-        # whatever revoke could not reach: the vhost, and users tagged in this scope
-        await asyncio.to_thread(management.delete_vhost, scope.vhost)
-        for user in await asyncio.to_thread(provisioner.provisioned_users, scope):
-            await asyncio.to_thread(management.delete_user, user)
-        cleaner = redis_asyncio.Redis.from_url(base_settings.redis_url.get_secret_value())
-        try:
-            for role in roles_for([AGENT_A, AGENT_B, "gamma"], [CLIENT], [OBSERVER]):
-                await cleaner.execute_command("ACL", "DELUSER", scope.user(role))
-            keys = [k async for k in cleaner.scan_iter(match=Keys(scope.namespace).pattern())]
-            if keys:
-                await cleaner.delete(*keys)
-        finally:
-            await cleaner.aclose()
-
-
-#: a dead-letter cap small enough to hit in a test
-DEAD_LETTER_CAP = 1024
-
-
-def _plan(scope: AccessScope, agents: list[str], **options: int) -> Plan:
-    topology = Topology(namespace=scope.namespace)
-    return build_plan(scope, topology, roles_for(agents, [CLIENT], [OBSERVER]), **options)
-
-
-@pytest.fixture
-async def mesh_access(
-    base_settings: Settings, provisioner: Provisioner, scope: AccessScope
-) -> Provisioned:
-    """Provision two agents, a client and an observer; apply the topology as admin."""
-    plan = _plan(scope, [AGENT_A, AGENT_B], dead_letter_max_bytes=DEAD_LETTER_CAP, max_queues=200)
-    report = await asyncio.to_thread(provisioner.provision, plan, create_vhost=True)
-    admin = report.of(Role("admin")).credentials
-    assert admin is not None
-    settings = Settings.from_env(
-        namespace=scope.namespace, amqp_url=admin.amqp_url, redis_url=admin.redis_url
-    )
-    topology = Topology.from_settings(settings)
-    async with await connect(settings, name="test-access-admin") as conn:
-        channel = await conn.channel()
-        await topology.declare(channel)
-        for agent in (AGENT_A, AGENT_B):
-            await declare_spec(channel, topology.agent_spec(agent))
-        await channel.close()
-    return Provisioned(
-        settings,
-        scope,
-        topology,
-        plan,
-        report,
-        provisioner,
-        Management(base_settings),
-        base_settings.redis_url.get_secret_value(),
-    )
-
-
-Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]
 
 
 @pytest.fixture
@@ -481,13 +385,13 @@ async def test_provisioning_twice_keeps_users_and_rotate_issues_new_passwords(
     provisioner: Provisioner, scope: AccessScope, login: Opener
 ) -> None:
     first = await asyncio.to_thread(
-        provisioner.provision, _plan(scope, [AGENT_A]), create_vhost=True
+        provisioner.provision, plan_for(scope, [AGENT_A]), create_vhost=True
     )
     assert {r.status for r in first.results} == {"created"}
     client = first.of(Role("client", CLIENT)).credentials
     assert client is not None
 
-    again = await asyncio.to_thread(provisioner.provision, _plan(scope, [AGENT_A, "gamma"]))
+    again = await asyncio.to_thread(provisioner.provision, plan_for(scope, [AGENT_A, "gamma"]))
     statuses = {r.grant.role.label: r.status for r in again.results}
     assert statuses.pop("worker.gamma") == "created"
     assert set(statuses.values()) == {"kept"}
@@ -495,7 +399,7 @@ async def test_provisioning_twice_keeps_users_and_rotate_issues_new_passwords(
     await login(client)  # the first password still works
 
     rotated = await asyncio.to_thread(
-        provisioner.provision, _plan(scope, [AGENT_A, "gamma"]), rotate=True
+        provisioner.provision, plan_for(scope, [AGENT_A, "gamma"]), rotate=True
     )
     assert {r.status for r in rotated.results} == {"rotated"}
     with pytest.raises(aio_pika.exceptions.ProbableAuthenticationError):
@@ -520,7 +424,7 @@ async def test_a_same_named_user_not_made_by_provision_is_refused(
     await asyncio.to_thread(management.put_user, squatter, uuid.uuid4().hex)
     try:
         with pytest.raises(UserConflict, match="not created by"):
-            await asyncio.to_thread(provisioner.provision, _plan(scope, []), create_vhost=True)
+            await asyncio.to_thread(provisioner.provision, plan_for(scope, []), create_vhost=True)
         # refused before anything changed: no user, no vhost
         assert await asyncio.to_thread(management.get_user, scope.user(Role("admin"))) is None
         assert await asyncio.to_thread(management.vhost, scope.vhost) is None

@@ -1,0 +1,60 @@
+"""Shared by the access-control tests: a provisioned vhost with a user per role.
+
+`mesh_access` provisions two agents, a client and an observer in a fresh vhost and
+namespace, applies the topology there as the provisioned admin, and revokes everything
+(and deletes the vhost) at teardown, also when a test fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import aio_pika
+
+from mesh.access.provision import Credentials, Provisioner, ProvisionReport
+from mesh.access.roles import AccessScope, Plan, Role, build_plan, roles_for
+from mesh.config import Settings
+from mesh.management import Management
+from mesh.topology import Topology
+
+AGENT_A = "team.alpha"
+AGENT_B = "team.beta"
+CLIENT = "web"
+OBSERVER = "ops"
+
+
+@dataclass
+class Provisioned:
+    settings: Settings
+    scope: AccessScope
+    topology: Topology
+    plan: Plan
+    report: ProvisionReport
+    provisioner: Provisioner
+    management: Management
+    base_redis_url: str
+
+    def creds(self, role: Role) -> Credentials:
+        creds = self.report.of(role).credentials
+        assert creds is not None
+        return creds
+
+    def user(self, role: Role) -> str:
+        return self.scope.user(role)
+
+
+#: a dead-letter cap small enough to hit in a test
+DEAD_LETTER_CAP = 1024
+
+
+def plan_for(scope: AccessScope, agents: list[str], **options: int) -> Plan:
+    topology = Topology(namespace=scope.namespace)
+    return build_plan(scope, topology, roles_for(agents, [CLIENT], [OBSERVER]), **options)
+
+
+Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]
+
+
+#: opens a plain AMQP connection as a provisioned user (the `login` fixture)
+Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]

@@ -1,0 +1,131 @@
+"""Under access control the registry believes the broker's user_id, never a body field
+(identity issue, point 4): the registry and two workers run as their provisioned users;
+worker B cannot register as agent A, take A's live instance id, or send A's heartbeats
+and goodbyes, while A's own session works beside it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aio_pika
+import aiormq.exceptions
+import pytest
+
+from mesh.access.roles import Role
+from mesh.config import Settings
+from mesh.connection import MeshConnection, connect
+from mesh.registry import protocol
+from mesh.registry.service import RegistryService
+from mesh.registry.session import RegistrySession
+from mesh.registry.state import load_state
+from schemas import Deregistration, Registration, now_ms
+from tests.conftest import wait_until
+from tests.integration.access_kit import AGENT_A, AGENT_B, Provisioned
+
+pytestmark = pytest.mark.integration
+
+
+def _settings(mesh_access: Provisioned, role: Role) -> Settings:
+    creds = mesh_access.creds(role)
+    return Settings.from_env(
+        namespace=mesh_access.scope.namespace,
+        amqp_url=creds.amqp_url,
+        redis_url=creds.redis_url,
+        topology="passive",
+        access_control=True,
+        heartbeat_s=0.5,
+        lease_ttl_s=3.0,
+    )
+
+
+@pytest.fixture
+async def as_role(mesh_access: Provisioned) -> AsyncIterator[Any]:
+    opened: list[MeshConnection] = []
+
+    async def open_as(role: Role) -> MeshConnection:
+        conn = await connect(_settings(mesh_access, role), name=f"access-{role.label}")
+        opened.append(conn)
+        return conn
+
+    yield open_as
+    for conn in reversed(opened):
+        await conn.close()
+
+
+def _registration(agent_id: str, instance_id: str) -> Registration:
+    return Registration(agent_id=agent_id, instance_id=instance_id, capability_text="pays")
+
+
+async def test_only_an_agents_own_user_speaks_for_it(
+    mesh_access: Provisioned,
+    as_role: Any,
+    add_cleanup: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = RegistryService(await as_role(Role("registry")))
+    await registry.start()
+    add_cleanup(registry.close)
+    worker_a = await as_role(Role("worker", AGENT_A))
+    worker_b = await as_role(Role("worker", AGENT_B))
+
+    own = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
+    await own.start(lambda: 0)
+    add_cleanup(own.stop)
+    assert own.token >= 1
+
+    # B cannot even open a session queue named for an instance of A (broker permissions)
+    with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
+        await RegistrySession(worker_b, _registration(AGENT_A, f"{AGENT_A}-2")).start(lambda: 0)
+
+    async def send(conn: MeshConnection, message: aio_pika.Message) -> None:
+        """What an attacker does by hand: publish to the registry as itself."""
+        channel = await conn.channel()
+        try:
+            exchange = await channel.get_exchange(conn.topology.registry, ensure=False)
+            message.user_id = _user(mesh_access, conn)
+            await exchange.publish(message, routing_key=conn.topology.registry_key)
+        finally:
+            await channel.close()
+
+    def register(agent_id: str, instance_id: str) -> aio_pika.Message:
+        return protocol.register_message(
+            _registration(agent_id, instance_id),
+            reply_to="nobody",
+            correlation_id="c",
+            expiration_s=5,
+        )
+
+    registered = registry.stats["registered"]
+    await send(worker_b, register(AGENT_A, f"{AGENT_A}-2"))  # not B's agent
+    await send(worker_a, register(AGENT_A, "other-1"))  # not an instance id of A
+    await send(worker_a, register(AGENT_A, f"{AGENT_A}-1"))  # held by the live session
+    goodbye = Deregistration(agent_id=AGENT_A, instance_id=f"{AGENT_A}-1", token=own.token)
+    await send(worker_b, protocol.deregister_message(goodbye))  # B forges A's goodbye
+
+    await wait_until(lambda: registry.stats["refused"] >= 4, timeout=5)
+    assert registry.stats["registered"] == registered and registry.stats["refused"] == 4
+    said = "\n".join(r.getMessage() for r in caplog.records if "refused" in r.getMessage())
+    assert f"instance {AGENT_A}-2 refused: broker user" in said
+    assert "instance other-1 refused: instance id 'other-1'" in said
+    assert f"instance {AGENT_A}-1 refused: held by a live session" in said
+    assert f"deregistration of instance {AGENT_A}-1 refused: broker user" in said
+    state = await load_state(registry.conn.redis, registry.conn.keys)  # a worker reads less
+    live = state[AGENT_A].live_instances(now_ms())
+    assert [i.instance_id for i in live] == [f"{AGENT_A}-1"]
+    assert own.registrations == 1 and own.token >= 1
+
+    # and a message that claims another user is refused by the broker itself
+    forged = aio_pika.Message(b"{}", user_id=mesh_access.user(Role("registry")))
+    channel = await worker_b.channel()
+    registry_ex = await channel.get_exchange(worker_b.topology.registry, ensure=False)
+    with pytest.raises(aiormq.exceptions.ChannelPreconditionFailed):
+        await registry_ex.publish(forged, routing_key=worker_b.topology.registry_key)
+
+
+def _user(mesh_access: Provisioned, conn: MeshConnection) -> str:
+    for agent in (AGENT_A, AGENT_B):
+        role = Role("worker", agent)
+        if mesh_access.creds(role).amqp_url == conn.settings.amqp_url.get_secret_value():
+            return mesh_access.user(role)
+    raise AssertionError("not a worker connection")
