@@ -36,7 +36,13 @@ logger = logging.getLogger(__name__)
 ENV_PREFIX = "MESH_"
 #: settings whose variable may be set empty to mean None
 _EMPTY_IS_NONE = frozenset(
-    {"similarity_threshold", "fallback_agent", "embed_threads", "blas_threads"}
+    {
+        "similarity_threshold",
+        "fallback_agent",
+        "embed_threads",
+        "blas_threads",
+        "management_ca_file",
+    }
 )
 #: read from the current directory by `Settings.from_env()`; the environment wins over it
 ENV_FILE = ".env"
@@ -53,15 +59,20 @@ _warned_unknown: set[str] = set()
 
 
 def mask_url(url: str) -> str:
-    """Return `url` with its password replaced by ``******`` (aio-pika's convention)."""
+    """Return `url` with its password replaced by ``******`` (aio-pika's convention), and
+    so is any query value whose name says password (``ssl_password=...``)."""
     parts = urlsplit(url)
+    query = "&".join(
+        f"{name}=******" if "password" in name.lower() else f"{name}={value}" if sep else name
+        for name, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
+    )
     if parts.password is None:
-        return url
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
     user = parts.username or ""
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:******@{host}", parts.path, parts.query, ""))
+    return urlunsplit((parts.scheme, f"{user}:******@{host}", parts.path, query, ""))
 
 
 def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
@@ -163,6 +174,9 @@ class Settings(BaseModel):
     redis_sentinels: str = ""
     redis_sentinel_master: str = Field(default="mymaster", min_length=1, max_length=200)
     management_url: SecretStr = SecretStr("http://guest:guest@127.0.0.1:15672/")
+    #: PEM bundle of the CA(s) an ``https://`` management URL's certificate is checked
+    #: against (None: the system's CAs)
+    management_ca_file: Path | None = None
     #: prefix of every exchange, queue and Redis key; tests use a unique one per test
     namespace: str = Field(default="mesh", pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
     prefetch: int = Field(default=32, ge=1, le=10_000)
@@ -256,6 +270,16 @@ class Settings(BaseModel):
     def _check_sentinels(cls, value: str) -> str:
         parse_sentinels(value)
         return value.strip()
+
+    @field_validator("management_ca_file")
+    @classmethod
+    def _check_ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(
+                f"{str(value)!r} is not a file (expected a PEM bundle of the CA that signed "
+                "the management API's certificate)"
+            )
+        return value
 
     @field_validator("amqp_url", "redis_url", "management_url")
     @classmethod

@@ -7,20 +7,32 @@ With several AMQP URLs (the nodes of one cluster, `Settings.amqp_urls`) the firs
 takes the first node that answers and fails only when none does; afterwards every lost
 connection or failed attempt moves the next attempt to the next node (`FailoverConnection`),
 and the robust channels re-declare their queues, bindings and consumers there.
+
+TLS (``amqps://``, ``rediss://``) takes the libraries' own query options (aiormq:
+``cafile``, ``capath``, ``certfile``, ``keyfile``, ``no_verify_ssl``; redis-py:
+``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``...). A failed
+handshake (an unknown CA, a name the certificate does not hold, a port without TLS), a
+refused login or ACL, and a TLS option naming a missing file are `ConfigError`s naming the
+fix; only a service that does not answer is `ServiceUnavailable`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import re
+import ssl
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aio_pika
 import redis.asyncio as redis_asyncio
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
-from redis.exceptions import RedisError
+from redis.exceptions import NoPermissionError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
 from mesh.config import Settings, mask_url
@@ -38,6 +50,138 @@ RECONNECT_INTERVAL_S = 1
 START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDIS_URL)"
 
 Redis = redis_asyncio.Redis
+
+#: OpenSSL verify codes: the certificate names another host / another IP address
+_NAME_MISMATCH = frozenset({62, 64})
+#: OpenSSL verify codes: no trusted CA signed the chain (unknown issuer, self-signed...)
+_UNTRUSTED = frozenset({2, 18, 19, 20, 21, 27})
+#: the other end answered a TLS ClientHello with something that is not TLS
+_NOT_TLS = frozenset(
+    {"WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "HTTP_REQUEST", "RECORD_LAYER_FAILURE"}
+)
+#: TLS options of a URL's query that name files: amqps:// (aiormq), rediss:// (redis-py)
+AMQP_TLS_FILES = ("cafile", "capath", "certfile", "keyfile")
+REDIS_TLS_FILES = ("ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile")
+
+
+def find_tls_error(exc: BaseException | None) -> ssl.SSLError | None:
+    """The TLS handshake failure behind `exc` (its causes, contexts, a URLError's reason).
+
+    An EOF or a close in the middle of a handshake is not one: that is a lost connection
+    (a node going down, a proxy without a backend), reported as unreachable.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ssl.SSLError):
+            if isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                return None
+            return exc
+        reason = getattr(exc, "reason", None)  # urllib.error.URLError wraps its OSError
+        if isinstance(reason, BaseException) and id(reason) not in seen:
+            exc = reason
+            continue
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def tls_reason(error: ssl.SSLError) -> str:
+    """OpenSSL's reason in a few words (``certificate verify failed: certificate has expired``)."""
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_message:
+        return f"certificate verify failed: {str(error.verify_message).rstrip('.')}"
+    text = error.args[1] if len(error.args) > 1 and isinstance(error.args[1], str) else str(error)
+    text = re.sub(r"^\[[A-Z0-9_]+: [A-Z0-9_]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", text).strip()
+    return text or str(error.reason or "TLS handshake failed").lower().replace("_", " ")
+
+
+def tls_config_error(
+    service: str,
+    where: str,
+    error: ssl.SSLError,
+    *,
+    variable: str,
+    ca_option: str,
+    ca_given: str | None,
+    plain_fix: str,
+) -> ConfigError:
+    """One sentence for a failed TLS handshake: where, OpenSSL's reason, and the fix.
+
+    Args:
+        service: what was dialled (``RabbitMQ``).
+        where: its URL, masked (the query is left out: it may hold a key's password).
+        variable: the setting holding the URL (``MESH_AMQP_URL``).
+        ca_option: the option naming the CA: a query parameter of `variable`'s URL
+            (``cafile``) or a setting of its own (``MESH_MANAGEMENT_CA_FILE``).
+        ca_given: the CA file (or folder) configured already, if any.
+        plain_fix: what to do when the server does not speak TLS on that port.
+    """
+    if ca_option.startswith("MESH_"):
+        set_ca, ca_place = f"set {ca_option}=/path/ca.pem", ca_option
+    else:
+        set_ca = f"set {ca_option}=/path/ca.pem in {variable}'s query"
+        ca_place = f"{ca_option} in {variable}'s query"
+    code = getattr(error, "verify_code", None)
+    if code in _NAME_MISMATCH:
+        fix = (
+            "connect by a host name or IP address that the server's certificate names "
+            "(its subjectAltName), or reissue the certificate for this one"
+        )
+    elif code in _UNTRUSTED:
+        fix = (
+            f"{ca_given} does not hold the CA that signed the server's certificate: point "
+            f"{ca_place} at that CA"
+            if ca_given
+            else f"{set_ca} (the CA that signed the server's certificate)"
+        )
+    elif code is not None:
+        fix = "renew or fix the server's certificate"
+    elif error.reason in _NOT_TLS:
+        fix = f"the server does not speak TLS on that port: {plain_fix}"
+    else:
+        fix = f"check the TLS options of {variable} (a client certificate, a CA)"
+    return ConfigError(
+        f"{service} at {without_query(where)} failed the TLS handshake ({tls_reason(error)}): {fix}"
+    )
+
+
+def without_query(url: str) -> str:
+    """`url` without its query (TLS options: file names, a key's password) nor fragment."""
+    return url.split("?", 1)[0].split("#", 1)[0]
+
+
+def check_tls_files(url: str, options: Sequence[str], variable: str) -> None:
+    """Fail before connecting when a TLS option of `url`'s query names a missing file.
+
+    Raises:
+        ConfigError: naming the variable, the host (password masked), the option and path.
+    """
+    query = parse_qs(urlsplit(url).query)
+    for option in options:
+        for path in query.get(option, []):
+            folder = option.endswith("path")
+            if not (os.path.isdir(path) if folder else os.path.isfile(path)):
+                kind = "folder of CA certificates" if folder else "PEM file"
+                raise ConfigError(
+                    f"{variable} ({without_query(mask_url(url))}): {option}={path} does not "
+                    f"exist (expected a {kind} this process can read)"
+                )
+
+
+async def _tls_handshake_stalled(url: str, exc: BaseException, sentinels: str) -> bool:
+    """A ``rediss://`` connect that timed out, to a port that accepts plain TCP at once."""
+    parts = urlsplit(url)
+    if parts.scheme != "rediss" or sentinels or not isinstance(exc, RedisTimeoutError):
+        return False
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname, parts.port or 6379), timeout=1.0
+        )
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 class FailoverConnection(aio_pika.RobustConnection):
@@ -107,30 +251,79 @@ class MeshConnection(Lifecycle):
         return self._amqp is not None and not self._amqp.is_closed
 
     async def open(self) -> None:
-        """Connect to RabbitMQ and Redis; raises `ServiceUnavailable` naming what is down."""
+        """Connect to RabbitMQ and Redis.
+
+        Raises:
+            ServiceUnavailable: a service is down or unreachable (the message names it).
+            ConfigError: a login, a vhost, a Redis ACL or a TLS handshake was refused, or a
+                TLS option names a missing file: a setting to fix, not a service to start.
+        """
         s = self.settings
+        redis_url = s.redis_url.get_secret_value()
+        # a TLS option naming a missing file is a setting to fix, not a service to start
+        for url in (u.get_secret_value() for u in s.amqp_urls):
+            if urlsplit(url).scheme == "amqps":
+                check_tls_files(url, AMQP_TLS_FILES, "MESH_AMQP_URL")
+        if urlsplit(redis_url).scheme == "rediss":
+            check_tls_files(redis_url, REDIS_TLS_FILES, "MESH_REDIS_URL")
         self._amqp = await self._open_amqp()
         client = redis_client(
-            s.redis_url.get_secret_value(),
+            redis_url,
             sentinels=s.redis_sentinels,
             master=s.redis_sentinel_master,
             connect_timeout_s=s.connect_timeout_s,
         )
+        where = s.redis_url_masked
+        if s.redis_sentinels:
+            where = f"master {s.redis_sentinel_master!r} of sentinels {s.redis_sentinels}"
         try:
             await client.ping()
         except redis_asyncio.AuthenticationError as exc:
+            # WRONGPASS (a wrong password or ACL user), NOAUTH (a password is required)
             logger.debug("Redis login refused: %r", exc)
             await self._abandon(client)
+            if urlsplit(redis_url).password is None:
+                raise ConfigError(
+                    f"Redis at {where} refused the login: it asks for a password (NOAUTH); "
+                    "put the user and password in MESH_REDIS_URL "
+                    "(redis://USER:PASSWORD@HOST:6379/0)"
+                ) from None
             raise ConfigError(
-                f"Redis at {s.redis_url_masked} refused the login: check the password in "
-                "MESH_REDIS_URL"
+                f"Redis at {where} refused the login: check the user and password in MESH_REDIS_URL"
+            ) from None
+        except NoPermissionError as exc:
+            logger.debug("Redis refused PING: %r", exc)
+            await self._abandon(client)
+            user = urlsplit(redis_url).username or "default"
+            raise ConfigError(
+                f"Redis at {where} refused PING to ACL user {user!r} (NOPERM): give it "
+                "+@connection or use another login in MESH_REDIS_URL"
             ) from None
         except (OSError, RedisError) as exc:
             logger.debug("Redis connect failed: %r", exc)
             await self._abandon(client)
-            where = s.redis_url_masked
-            if s.redis_sentinels:
-                where = f"master {s.redis_sentinel_master!r} of sentinels {s.redis_sentinels}"
+            tls = find_tls_error(exc)
+            if tls is not None:
+                query = parse_qs(urlsplit(redis_url).query)
+                given = (query.get("ssl_ca_certs") or query.get("ssl_ca_path") or [""])[0] or None
+                raise tls_config_error(
+                    "Redis",
+                    where,
+                    tls,
+                    variable="MESH_REDIS_URL",
+                    ca_option="ssl_ca_certs",
+                    ca_given=given,
+                    plain_fix="use redis:// or the port of its TLS listener (tls-port)",
+                ) from None
+            if await _tls_handshake_stalled(redis_url, exc, s.redis_sentinels):
+                # a plain Redis reads a ClientHello as the start of an inline command and
+                # waits for its end: the handshake times out instead of failing
+                raise ConfigError(
+                    f"Redis at {without_query(where)} accepted the connection but did not "
+                    f"answer the TLS handshake within {s.connect_timeout_s:g} s: it does not "
+                    "seem to speak TLS on that port; use redis:// or the port of its TLS "
+                    "listener (tls-port) in MESH_REDIS_URL"
+                ) from None
             raise ServiceUnavailable("Redis", where, START_HINT) from None
         self._redis = client
 
@@ -182,6 +375,19 @@ class MeshConnection(Lifecycle):
             except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
                 logger.debug("AMQP connect to %s failed: %r", mask_url(url), exc)
                 await connection.close()
+                tls = find_tls_error(exc)
+                if tls is not None:
+                    # a certificate, a CA or a port: the same on every node of the list
+                    given = URL(url).query.get("cafile") or URL(url).query.get("capath")
+                    raise tls_config_error(
+                        "RabbitMQ",
+                        mask_url(url),
+                        tls,
+                        variable="MESH_AMQP_URL",
+                        ca_option="cafile",
+                        ca_given=given,
+                        plain_fix="use amqp:// or the port of its TLS listener (5671)",
+                    ) from None
                 continue
             except BaseException:  # cancelled: stop its reconnect loop too
                 await asyncio.shield(connection.close())

@@ -3,19 +3,22 @@
 Used by `mesh` views and by tests to inspect or clean a namespace, and by `mesh access`
 to provision vhosts, users, permissions, topic permissions, limits and policies (which
 needs a management user with the ``administrator`` tag). Blocking (urllib): call it from
-a thread in async code. Request bodies (they may hold a password) are never logged nor
-put in an error message.
+a thread in async code. An ``https://`` URL is checked against ``MESH_MANAGEMENT_CA_FILE``
+(or the system's CAs); a failed TLS handshake is a `ConfigError`, not "unreachable".
+Request bodies (they may hold a password) are never logged nor put in an error message.
 """
 
 from __future__ import annotations
 
 import base64
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
 
 from mesh.config import Settings, mask_url
+from mesh.connection import find_tls_error, tls_config_error, tls_reason
 from mesh.errors import ConfigError, ManagementRequestFailed, ServiceUnavailable
 from schemas.codec import dumps, loads
 
@@ -36,6 +39,19 @@ class Management:
         auth = f"{self._user}:{password}".encode()
         self._auth = "Basic " + base64.b64encode(auth).decode()
         self._vhost = urllib.parse.quote(vhost, safe="")
+        ca_file = settings.management_ca_file
+        self._ca_file = str(ca_file) if ca_file is not None else None
+        #: https://: the server's certificate is checked against MESH_MANAGEMENT_CA_FILE
+        #: (or the system's CAs), host name included
+        self._context: ssl.SSLContext | None = None
+        if parts.scheme == "https":
+            try:
+                self._context = ssl.create_default_context(cafile=self._ca_file)
+            except ssl.SSLError as exc:
+                raise ConfigError(
+                    f"MESH_MANAGEMENT_CA_FILE={self._ca_file} holds no usable CA certificate "
+                    f"({tls_reason(exc)}): point it at a PEM bundle"
+                ) from None
 
     @property
     def user(self) -> str:
@@ -60,7 +76,7 @@ class Management:
             self._base + path, data=data, method=method, headers=headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10, context=self._context) as response:
                 answer = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and (method == "DELETE" or missing_ok):
@@ -78,7 +94,18 @@ class Management:
                     "permissions and policies needs the administrator tag)"
                 ) from None
             raise ManagementRequestFailed(method, path, exc.code, _reason(exc)) from None
-        except (urllib.error.URLError, OSError):
+        except (urllib.error.URLError, OSError) as exc:
+            tls = find_tls_error(exc)
+            if tls is not None:
+                raise tls_config_error(
+                    "the RabbitMQ management API",
+                    self._masked,
+                    tls,
+                    variable="MESH_MANAGEMENT_URL",
+                    ca_option="MESH_MANAGEMENT_CA_FILE",
+                    ca_given=self._ca_file,
+                    plain_fix="use http:// or the port of its TLS listener (15671)",
+                ) from None
             raise ServiceUnavailable(
                 "RabbitMQ management API",
                 self._masked,

@@ -3,7 +3,8 @@
 With ``MESH_REDIS_SENTINELS`` (``host:port,host:port``) the client asks the sentinels for
 the current master of ``MESH_REDIS_SENTINEL_MASTER`` and asks again whenever a connection
 to it fails, so a Sentinel failover is followed without a restart. ``MESH_REDIS_URL``
-still gives the login, the database and TLS (``rediss://``) of the data connections.
+still gives the login, the database and TLS (``rediss://``, with redis-py's ``ssl_*``
+query options such as ``ssl_ca_certs``) of the data connections.
 """
 
 from __future__ import annotations
@@ -61,7 +62,11 @@ def redis_client(
     login = {k: parts[k] for k in ("username", "password") if parts.get(k)}
     data: dict[str, Any] = {**common, **login, "db": parts.get("db", 0)}
     if parts.get("connection_class") is SSLConnection:
+        # rediss://: TLS to the master and replicas, with the URL's TLS options
+        # (ssl_ca_certs, ssl_certfile, ssl_keyfile, ssl_cert_reqs, ssl_check_hostname...);
+        # the sentinels themselves are asked in plain text
         data["ssl"] = True
+        data.update({k: v for k, v in parts.items() if k.startswith("ssl_")})
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         parse_sentinels(sentinels),
         sentinel_kwargs={"socket_connect_timeout": connect_timeout_s, "socket_timeout": 2.0},
