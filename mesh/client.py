@@ -20,6 +20,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from mesh.access.roles import AccessScope, Role
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RequestTimeout
 from mesh.lifecycle import Lifecycle
@@ -55,6 +56,17 @@ class MeshClient(Lifecycle):
         self.results_received = 0
         self.duplicate_results = 0
         self.conflicting_results = 0
+        #: Results dropped because a router did not send them (under access control only a
+        #: router's user answers callers; anyone else's Result is a forgery)
+        self.forged_results = 0
+        #: the user a Result must come from (None: anyone, without access control)
+        self.trusted_sender = (
+            AccessScope.from_settings(conn.settings).user(Role("router"))
+            if conn.settings.access_control
+            else None
+        )
+        #: queue name part: ``<login>.<client_id>``, so the user owns it by its name
+        self.queue_id = f"{self.publisher.login}.{self.client_id}"
         self._answered: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
 
     @property
@@ -77,12 +89,25 @@ class MeshClient(Lifecycle):
         if self.topology.queue_type == "quorum":
             arguments["x-queue-type"] = "quorum"
         self._reply_queue = await self._channel.declare_queue(
-            self.topology.reply_queue(self.client_id), durable=True, arguments=arguments
+            self.topology.reply_queue(self.queue_id), durable=True, arguments=arguments
         )
+        # Results come through the replies exchange, keyed by this queue (never through
+        # the default exchange, which would let a router write any queue)
+        key = self.topology.reply_key(self._reply_queue.name)
+        await self._reply_queue.bind(self.topology.replies, routing_key=key)
         self._consumer_tag = await self._reply_queue.consume(self._on_result)
         return self
 
     async def _on_result(self, message: AbstractIncomingMessage) -> None:
+        if self.trusted_sender is not None and message.user_id != self.trusted_sender:
+            self.forged_results += 1
+            logger.warning(
+                "Result from user %r dropped: only a router (%s) answers under access control",
+                message.user_id,
+                self.trusted_sender,
+            )
+            await quietly(message.ack())
+            return
         try:
             result = decode(Result, message.body)
         except InvalidEnvelope:
@@ -214,7 +239,7 @@ class MeshClient(Lifecycle):
         self._waiters.clear()
         if channel is not None and not channel.is_closed:
             try:
-                await channel.queue_delete(self.topology.reply_queue(self.client_id))
+                await channel.queue_delete(self.topology.reply_queue(self.queue_id))
             except TRANSIENT_ERRORS:
                 logger.info("reply queue of client %s left to x-expires", self.client_id)
             if not channel.is_closed:

@@ -175,16 +175,22 @@ class Publisher(Lifecycle):
 
     async def reply(self, waiter: str | None, result: Result) -> None:
         """Send `result` to a waiter (`waiter_of`: a reply queue, maybe with the caller's
-        correlation_id); never mandatory (a reply is not returned to us)."""
+        correlation_id); never mandatory (a reply is not returned to us). A mesh reply
+        queue is reached through the replies exchange, any other through the default one
+        (which a router under access control may not write: such callers are refused)."""
         if not waiter:
             return
         reply_to, correlation_id = split_waiter(waiter)
-        await self.send(
-            self.channel.default_exchange,
-            result_message(result, correlation_id),
-            reply_to,
-            mandatory=False,
-        )
+        message = result_message(result, correlation_id)
+        key = self.topology.reply_key(reply_to)
+        if key is not None:
+            # a mesh reply queue: through the replies exchange, keyed by the queue
+            await self.send(
+                await self.exchange(self.topology.replies), message, key, mandatory=False
+            )
+        else:
+            # any other queue (a plain AMQP client's reply_to): the default exchange
+            await self.send(self.channel.default_exchange, message, reply_to, mandatory=False)
 
     async def dead_letter(
         self,

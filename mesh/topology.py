@@ -232,6 +232,26 @@ class Topology:
         """Durable reply queue of one `MeshClient` (Results come back on it)."""
         return f"{self.namespace}.reply.{client_id}"
 
+    @property
+    def replies(self) -> str:
+        """Topic exchange of Results to callers, keyed `reply_key` (no default exchange)."""
+        return f"{self.namespace}.replies"
+
+    def reply_key(self, reply_queue: str) -> str | None:
+        """The key of `replies` that reaches a mesh reply queue (None: not one of ours)."""
+        prefix = f"{self.namespace}."
+        if not reply_queue.startswith(f"{prefix}reply."):
+            return None
+        return reply_queue[len(prefix) :]
+
+    @property
+    def results(self) -> str:
+        """Exchange (direct) and queue of finished-task notices, workers -> routers: under
+        access control a router, not the worker, answers the callers."""
+        return f"{self.namespace}.results"
+
+    results_key = "result"
+
     def bid_queue(self, collector_id: str) -> str:
         """Exclusive, auto-delete queue one router collects bids on."""
         return f"{self.namespace}.bids.{collector_id}"
@@ -264,6 +284,8 @@ class Topology:
             ExchangeSpec(self.control, ExchangeType.TOPIC),
             ExchangeSpec(self.registry, ExchangeType.DIRECT),
             ExchangeSpec(self.sessions, ExchangeType.TOPIC),
+            ExchangeSpec(self.replies, ExchangeType.TOPIC),
+            ExchangeSpec(self.results, ExchangeType.DIRECT),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
             ExchangeSpec(self.retry, ExchangeType.HEADERS),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),
@@ -272,6 +294,7 @@ class Topology:
         queues: list[QueueSpec] = [
             QueueSpec(self.router_queue, router_args),
             QueueSpec(self.registry, self._queue_args(priority=False)),
+            QueueSpec(self.results, self._queue_args(priority=False)),
         ]
         bindings: list[BindingSpec] = [
             BindingSpec(self.ingress, self.router_queue, self.ingress_key),
@@ -279,6 +302,7 @@ class Topology:
             # router, which reroutes them (or ends them) -- DESIGN section 7
             BindingSpec(self.dlx, self.router_queue, "agent.#"),
             BindingSpec(self.registry, self.registry, self.registry_key),
+            BindingSpec(self.results, self.results, self.results_key),
         ]
         for delay in self.retry_delays_ms:
             name = self.retry_queue(delay)

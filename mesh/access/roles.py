@@ -36,9 +36,10 @@ in the same vhost. One vhost per tenant is the isolation boundary.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -129,6 +130,14 @@ class AccessScope:
     vhost: str = "/"
     prefix: str | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Any) -> AccessScope:
+        """The scope a process runs in: its namespace, the vhost of its first AMQP URL, and
+        ``MESH_ACCESS_USER_PREFIX`` when set."""
+        path = urllib.parse.urlsplit(settings.amqp_urls[0].get_secret_value()).path
+        vhost = urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+        return cls(settings.namespace, vhost, settings.access_user_prefix)
+
     @property
     def user_prefix(self) -> str:
         return (
@@ -162,12 +171,12 @@ class FutureNames:
     @property
     def results(self) -> str:
         """Exchange workers publish Results to, and the queue the routers consume them from."""
-        return f"{self._ns}.results"
+        return self.topology.results
 
     @property
     def replies(self) -> str:
         """Topic exchange of Results to callers, keys ``reply.<caller-user>.<client-id>``."""
-        return f"{self._ns}.replies"
+        return self.topology.replies
 
     @property
     def sessions(self) -> str:
@@ -205,8 +214,6 @@ class FutureNames:
     def missing(self) -> list[tuple[str, str]]:
         """(name, what it is) of every object the permissions name that the topology lacks."""
         return [
-            (self.results, "results exchange + queue (workers -> router)"),
-            (self.replies, "replies topic exchange (router -> callers)"),
             (self.bids, "bids topic exchange (workers -> routers)"),
             (self.observer_queue_prefix("<user>") + "*", "observer queues"),
             (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),
@@ -329,7 +336,8 @@ _SENTINEL = "\x00"
 #: Lua roles: everything but @dangerous, and no way to load or flush server-side code
 _LUA_COMMANDS = ("-@all", "+@all", "-@dangerous", "-function", "-script|flush", "-script|kill")
 _READ_ONLY_COMMANDS = ("-@all", "+@read", "+@connection", "-@dangerous", "-@scripting")
-_NO_COMMANDS = ("-@all",)
+#: a client runs no Redis command but PING: `connect` checks that Redis answers
+_NO_COMMANDS = ("-@all", "+ping")
 
 
 def _key_glob(built: str) -> str:
@@ -411,7 +419,7 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 
 def redis_acl(kind: RoleKind, namespace: str) -> RedisAcl:
-    """The Redis ACL of a role in `namespace` (client: a user that may run nothing)."""
+    """The Redis ACL of a role in `namespace` (client: a user that may only PING)."""
     patterns = redis_key_patterns(namespace)
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)

@@ -74,15 +74,21 @@ return out
 
 #: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, agent,
 #: recovered ('1': the broker held a task whose record vanished; `APPLY_ONCE` refuses its
-#: side effects), states... (a new task follows all of them in one step: submitted,
-#: routing and, when the router chose already, dispatched to `agent`)
+#: side effects), owner (the sender's user under access control, else ''), states... (a
+#: new task follows all of them in one step: submitted, routing and, when the router
+#: chose already, dispatched to `agent`)
+#: A task_id belongs to its first owner: another user's duplicate is {'foreign'}.
 #: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
-#:    | {'refused', state}
+#:    | {'refused', state} | {'foreign'}
 SUBMIT = (
     PRELUDE
     + """
 local ttl = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
+if state and ARGV[8] ~= '' then
+  local owner = redis.call('HGET', KEYS[1], 'owner')
+  if owner and owner ~= ARGV[8] then return {'foreign'} end
+end
 if state then
   local result = redis.call('HGET', KEYS[4], 'result')
   if result then
@@ -104,9 +110,10 @@ if state then
   return {'pending', state}
 end
 local note = ARGV[7] == '1' and 'recovered' or 'ingress'
-local ok, r = advance(KEYS[1], KEYS[2], tail(8), ARGV[2], note, ARGV[6], ttl)
+local ok, r = advance(KEYS[1], KEYS[2], tail(9), ARGV[2], note, ARGV[6], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[8]) end
 if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'recovered', '1') end
 if ARGV[3] ~= '' then
   redis.call('SADD', KEYS[3], ARGV[3])
@@ -188,7 +195,11 @@ redis.call('HDEL', KEYS[1], 'holder')
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZREM', KEYS[5], KEYS[2])
 local out = {'ok'}
-for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = w end
+-- KEYS[4] is KEYS[1] again when the caller does not answer the callers itself (a worker
+-- under access control: a router does, and the worker may not even read the waiters)
+if KEYS[4] ~= KEYS[1] then
+  for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = w end
+end
 return out
 """
 )

@@ -40,7 +40,7 @@ class Holder:
 class Submission:
     """What the router learns when it records a task from the ingress queue."""
 
-    status: Literal["new", "done", "answered", "pending", "resume", "refused"]
+    status: Literal["new", "done", "answered", "pending", "resume", "refused", "foreign"]
     state: str = ""
     result: Result | None = None
 
@@ -108,6 +108,7 @@ class TaskStore:
         by: str,
         agent_id: str = "",
         recovered: bool = False,
+        owner: str = "",
     ) -> Submission:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
 
@@ -119,7 +120,9 @@ class TaskStore:
         message of a finished task whose caller got the Result already.
 
         `recovered` records a task the broker still held after its record vanished (Redis
-        lost its data): its side effects are refused from then on (`apply_once`).
+        lost its data): its side effects are refused from then on (`apply_once`). With an
+        `owner` (the sender's user, under access control) the task_id is that user's: a
+        duplicate from anyone else is ``foreign``, never joined nor answered.
         """
         k = self.keys
         reply = await self._submit(
@@ -136,6 +139,7 @@ class TaskStore:
                 envelope.trace_id,
                 agent_id,
                 "1" if recovered else "0",
+                owner,
                 *states,
             ],
         )
@@ -144,6 +148,8 @@ class TaskStore:
             return Submission("done", result=_result(reply[1]))
         if status == "answered":
             return Submission("answered")
+        if status == "foreign":
+            return Submission("foreign")
         if status in {"pending", "resume", "refused"}:
             return Submission(status, state=_s(reply[1]))  # type: ignore[arg-type]
         return Submission("new")
@@ -226,8 +232,12 @@ class TaskStore:
         holder: Holder | None = None,
         note: str = "",
         agent_id: str = "",
+        with_waiters: bool = True,
     ) -> Commit:
         """Store the terminal Result and move to its state; fenced when `holder` is given.
+
+        Without `with_waiters` the waiters are neither read nor returned (a caller that
+        does not answer them: a worker under access control, whose Redis user may not).
 
         Returns every reply_to recorded for the task (``ok``), or the Result stored before
         (``done``), or ``stale`` when `holder` no longer holds the claim or its lease.
@@ -238,7 +248,7 @@ class TaskStore:
             keys=[
                 k.idem(task_id),
                 *self._task_keys(task_id),
-                k.task_waiters(task_id),
+                k.task_waiters(task_id) if with_waiters else k.idem(task_id),
                 k.processing(),
             ],
             args=[
@@ -302,6 +312,10 @@ class TaskStore:
 
     async def mark_replied(self, task_id: str) -> None:
         await self.redis.hset(self.keys.idem(task_id), "replied", "1")
+
+    async def waiters(self, task_id: str) -> list[str]:
+        """Every waiter (reply queue, maybe with a correlation_id) recorded for the task."""
+        return sorted(_s(w) for w in await self.redis.smembers(self.keys.task_waiters(task_id)))
 
     async def stored_result(self, task_id: str) -> Result | None:
         raw = await self.redis.hget(self.keys.idem(task_id), "result")

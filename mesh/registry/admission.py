@@ -11,19 +11,9 @@ everything is accepted, as on a development broker where every process is ``gues
 
 from __future__ import annotations
 
-import urllib.parse
-from dataclasses import dataclass
-
+from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope
 from mesh.config import Settings
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """Why a message for an agent is not accepted: a code and one sentence."""
-
-    code: str
-    message: str
 
 
 class Admission:
@@ -31,10 +21,7 @@ class Admission:
 
     def __init__(self, settings: Settings) -> None:
         self.enabled = settings.access_control
-        url = settings.amqp_urls[0].get_secret_value()
-        path = urllib.parse.urlsplit(url).path
-        vhost = urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
-        self.scope = AccessScope(settings.namespace, vhost, settings.access_user_prefix)
+        self.scope = AccessScope.from_settings(settings)
         self.agent_users = {user: set(agents) for user, agents in settings.agent_users.items()}
 
     def refusal(self, user_id: str | None, agent_id: str, instance_id: str) -> Refusal | None:

@@ -18,6 +18,7 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 from aiormq.exceptions import PublishError
 
+from mesh.access.refusal import Refusal
 from mesh.acks import AckBatcher
 from mesh.connection import MeshConnection
 from mesh.dispatch.events import emit_states
@@ -27,6 +28,8 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher, waiter, waiter_of
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
+from mesh.router.guard import IngressGuard
+from mesh.router.results import ResultForwarder
 from mesh.topology import DeadReason
 from schemas import (
     Event,
@@ -171,6 +174,15 @@ class RouterService(Lifecycle):
         self.reaper = Reaper(self.store, self.publisher, conn.settings.lease_ttl_s)
         self._reaper_task: asyncio.Task[None] | None = None
         self._acks = AckBatcher()
+        #: under access control: who may send what (ingress, returned dispatches)
+        self.guard = IngressGuard(conn.settings, conn.topology)
+        self.refused = 0
+        #: under access control workers send result notices here; this router answers
+        self.results = (
+            ResultForwarder(conn, self.publisher, self.store)
+            if conn.settings.access_control
+            else None
+        )
 
     async def start(self) -> None:
         """Declare the topology and consume the router queue; a second call does nothing."""
@@ -184,9 +196,13 @@ class RouterService(Lifecycle):
         self._queue = await channel.get_queue(self.topology.router_queue, ensure=True)
         self._consumer_tag = await self._queue.consume(self._on_message)
         self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
+        if self.results is not None:
+            await self.results.start()
         logger.info("router consuming %s", self.topology.router_queue)
 
     async def close(self) -> None:
+        if self.results is not None:
+            await self.results.close()
         reaper, self._reaper_task = self._reaper_task, None
         if reaper is not None:
             reaper.cancel()
@@ -215,6 +231,7 @@ class RouterService(Lifecycle):
                 received=received,
                 reply_to=message.reply_to,
                 correlation_id=message.correlation_id,
+                user_id=message.user_id,
             )
         except asyncio.CancelledError:
             self._acks.settled(message)
@@ -252,8 +269,12 @@ class RouterService(Lifecycle):
         received: float | None = None,
         reply_to: str | None = None,
         correlation_id: str | None = None,
+        user_id: str | None = None,
     ) -> None:
         """Route one body from the router queue (from ingress, or back from an agent queue).
+
+        `user_id` is the broker-validated sender: under access control it decides (see
+        `IngressGuard`), never a body field.
 
         `reply_to` and `correlation_id` are the ingress message's AMQP properties (standard
         RPC): the Result goes to `reply_to` when the body names no queue, and carries the
@@ -298,6 +319,12 @@ class RouterService(Lifecycle):
         else:
             returned_from = None
             envelope = self._stamp(envelope, reply_to, correlation_id)
+        if self.guard.enabled:
+            checked = self.guard.check(envelope, user_id, returned_from=returned_from)
+            if isinstance(checked, Refusal):
+                await self._refuse(envelope, body, checked)
+                return
+            envelope = checked
         ending = self._ending(envelope)
         patient = False
         if backlog is not None and backlog == envelope.target:
@@ -331,7 +358,7 @@ class RouterService(Lifecycle):
             if applied is None:
                 return
             await self._emit(envelope, _before_dispatch(applied), {"from_agent": returned_from})
-        elif not await self._admit(envelope, redelivered, dispatch, agent):
+        elif not await self._admit(envelope, body, redelivered, dispatch, agent, user_id):
             return
         if ending is not None:
             await self.end(envelope, body, *ending)
@@ -390,8 +417,25 @@ class RouterService(Lifecycle):
         # finished meanwhile (a duplicate copy completed), or a worker holds it
         return None
 
+    async def _refuse(self, envelope: TaskEnvelope, body: bytes, refusal: Refusal) -> None:
+        """An ingress message the guard does not believe: kept in ``dead.invalid``, and its
+        sender answered only when its reply route is its own (`Refusal.answer`)."""
+        self.refused += 1
+        logger.warning("task_id=%s refused: %s", envelope.task_id, refusal.message)
+        if refusal.answer:
+            result = error_result(envelope, "failed", refusal.code, refusal.message)
+            await self._reply(waiter_of(envelope), result)
+        details = {"code": refusal.code, "message": refusal.message}
+        await self.publisher.dead_letter("invalid", body, details=details)
+
     async def _admit(
-        self, envelope: TaskEnvelope, redelivered: bool, dispatch: tuple[str, ...], agent: str
+        self,
+        envelope: TaskEnvelope,
+        body: bytes,
+        redelivered: bool,
+        dispatch: tuple[str, ...],
+        agent: str,
+        user_id: str | None = None,
     ) -> bool:
         """Record a new task (with its dispatch when chosen); answer or join a duplicate.
 
@@ -399,8 +443,17 @@ class RouterService(Lifecycle):
         """
         states = ("submitted", "routing", *dispatch)
         sub = await self.store.submit(
-            envelope, redelivered=redelivered, states=states, by=self.router_id, agent_id=agent
+            envelope,
+            redelivered=redelivered,
+            states=states,
+            by=self.router_id,
+            agent_id=agent,
+            owner=(user_id or "") if self.guard.enabled else "",
         )
+        if sub.status == "foreign":
+            text = f"task_id {envelope.task_id} belongs to another user"
+            await self._refuse(envelope, body, Refusal("task_id_in_use", text, answer=True))
+            return False
         if sub.status == "new":
             await self._emit(envelope, _before_dispatch(states))
             return True

@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Claim, Commit, Holder
-from mesh.messaging import envelope_message, waiter_of
+from mesh.messaging import envelope_message, result_message, waiter_of
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
 from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
 from mesh.worker.deps import WorkerDeps
@@ -241,13 +241,28 @@ class Settler:
             holder=holder,
             note=result.error.code if result.error else "",
             agent_id=self.deps.agent_id,
+            # under access control a router answers the callers (`ResultForwarder`)
+            with_waiters=not self.deps.settings.access_control,
         )
 
     # --- answers ------------------------------------------------------------------------------
     async def reply_all(
         self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]
     ) -> None:
-        """Send `result` to every recorded reply_to of the task (and the envelope's own)."""
+        """Send `result` to every recorded reply_to of the task (and the envelope's own).
+
+        Under access control a worker writes no reply queue: it tells a router, which
+        checks who sent the notice and forwards the stored Result (`ResultForwarder`).
+        """
+        deps = self.deps
+        if deps.settings.access_control:
+            topology = deps.topology
+            exchange = await deps.publisher.exchange(topology.results)
+            notice = result_message(result)
+            await with_retries(
+                lambda: deps.publisher.send(exchange, notice, topology.results_key, mandatory=False)
+            )
+            return
         targets = set(waiters)
         own = waiter_of(envelope)
         if own:

@@ -240,7 +240,7 @@ def test_every_generated_regex_is_anchored_and_compiles() -> None:
 # --- Redis -----------------------------------------------------------------------------------
 def test_the_client_gets_no_redis_access() -> None:
     acl = redis_acl("client", NS)
-    assert acl.rules == ("resetchannels", "-@all") and not acl.keys
+    assert acl.rules == ("resetchannels", "-@all", "+ping") and not acl.keys
 
 
 def test_the_worker_runs_lua_on_task_keys_but_nothing_dangerous() -> None:

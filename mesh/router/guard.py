@@ -1,0 +1,73 @@
+"""`IngressGuard`: what a router believes under access control (``MESH_ACCESS_CONTROL``).
+
+The sender is the broker-validated ``user_id`` of the message, never a body field:
+
+- a task from ingress needs one, of a user of this mesh (`AccessScope`); its Result may
+  only go to a reply queue of that very user (``<ns>.reply.<user>.<id>``), so nobody can
+  aim an answer (or another task's Result) at someone else;
+- a client's task starts fresh: ``source`` is its user, and ``hops``, ``trajectory``,
+  ``attempt``, ``reroutes``, ``excluded_agents`` and ``route`` are the mesh's to set
+  (a worker's handoff keeps them: its agent is part of the mesh);
+- a dispatch that comes back from an agent queue (dead-lettered by the broker, which
+  keeps the publisher's ``user_id``) must have been published by a router, or by a worker
+  of that agent (its retry): nobody else can end or reroute a task that way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesh.access.refusal import Refusal
+from mesh.access.roles import AccessScope
+from mesh.topology import Topology
+from schemas import TaskEnvelope
+
+
+class IngressGuard:
+    def __init__(self, settings: Any, topology: Topology) -> None:
+        self.enabled = bool(settings.access_control)
+        self.scope = AccessScope.from_settings(settings)
+        self.topology = topology
+
+    def check(
+        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+    ) -> TaskEnvelope | Refusal:
+        """The envelope to route (maybe restamped), or why it is refused."""
+        role = self.scope.role_of(user_id or "")
+        if returned_from is not None:
+            if role is not None and (
+                role.kind == "router" or (role.kind == "worker" and role.name == returned_from)
+            ):
+                return envelope
+            return Refusal(
+                "not_a_dispatch",
+                f"a message from user {user_id!r} came back from agent {returned_from!r}'s "
+                "queue: only a router's dispatch (or that agent's retry) may",
+            )
+        if not user_id or role is None:
+            return Refusal(
+                "unknown_user", f"ingress message from {user_id!r}, not a user of this mesh"
+            )
+        own = self.topology.reply_queue(f"{user_id}.")
+        if envelope.reply_to is not None and not envelope.reply_to.startswith(own):
+            return Refusal(
+                "reply_to_not_yours",
+                f"reply_to {envelope.reply_to!r} is not a reply queue of user {user_id!r} "
+                f"(those start {own!r})",
+            )
+        if role.kind == "client":
+            envelope = envelope.model_copy(
+                update={
+                    "source": user_id[:128],
+                    "hops": 0,
+                    "trajectory": [],
+                    "attempt": 0,
+                    "reroutes": 0,
+                    "excluded_agents": [],
+                    "route": None,
+                }
+            )
+        return envelope
+
+
+__all__ = ["IngressGuard"]

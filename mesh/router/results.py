@@ -1,0 +1,99 @@
+"""`ResultForwarder`: under access control a router, not the worker, answers the callers.
+
+A worker commits its Result under the fencing check (as always) and then publishes a notice
+to ``<ns>.results`` instead of writing into its callers' reply queues. The router that
+takes the notice believes nothing in it but the task_id: it checks that the broker-validated
+sender is the user of the agent the task record names, and forwards the Result *stored*
+for the task to every waiter recorded with it. A forged notice (another user, a task that
+is not finished) is dropped and counted; callers accept Results only from a router's user
+(`MeshClient.forged_results`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+
+from mesh.access.roles import AccessScope
+from mesh.connection import MeshConnection
+from mesh.dispatch.store import TaskStore
+from mesh.lifecycle import Lifecycle
+from mesh.messaging import Publisher
+from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
+from schemas import InvalidEnvelope, Result, decode
+
+logger = logging.getLogger(__name__)
+
+
+class ResultForwarder(Lifecycle):
+    """Consumes ``<ns>.results``; forwards each finished task's stored Result."""
+
+    def __init__(self, conn: MeshConnection, publisher: Publisher, store: TaskStore) -> None:
+        self.conn = conn
+        self.publisher = publisher
+        self.store = store
+        self.scope = AccessScope.from_settings(conn.settings)
+        self.forwarded = 0
+        #: notices not believed: another user's, or of a task with no stored Result
+        self.refused = 0
+        self._queue: AbstractQueue | None = None
+        self._tag: str | None = None
+
+    async def start(self) -> None:
+        if self._queue is not None:
+            return
+        channel = await self.conn.channel(confirms=False, prefetch=self.conn.settings.prefetch)
+        self._queue = await channel.get_queue(self.conn.topology.results, ensure=True)
+        self._tag = await self._queue.consume(self._on_notice)
+
+    async def close(self) -> None:
+        queue, self._queue = self._queue, None
+        if queue is not None and self._tag is not None:
+            await quietly(queue.cancel(self._tag))
+            if not queue.channel.is_closed:
+                await queue.channel.close()
+
+    async def _on_notice(self, message: AbstractIncomingMessage) -> None:
+        try:
+            await self.forward(message)
+        except TRANSIENT_ERRORS:
+            logger.warning("result notice not forwarded (outage); requeued", exc_info=True)
+            await quietly(message.nack(requeue=True))
+            return
+        await quietly(message.ack())
+
+    async def forward(self, message: AbstractIncomingMessage) -> None:
+        try:
+            task_id = decode(Result, message.body).task_id
+        except InvalidEnvelope:
+            self.refused += 1
+            logger.warning("unreadable result notice from %r dropped", message.user_id)
+            return
+        record = await self.store.state(task_id)
+        agent_id = record.get("agent_id", "")
+        role = self.scope.role_of(message.user_id or "")
+        if role is None or role.kind != "worker" or role.name != agent_id:
+            self.refused += 1
+            logger.warning(
+                "result notice for task_id=%s from user %r refused: the task is agent %r's",
+                task_id,
+                message.user_id,
+                agent_id,
+            )
+            return
+        stored = await self.store.stored_result(task_id)
+        if stored is None:
+            self.refused += 1
+            logger.warning("result notice for task_id=%s refused: no Result stored", task_id)
+            return
+        for waiter in await self.store.waiters(task_id):
+            await self._reply(waiter, stored)
+        await self.store.mark_replied(task_id)
+        self.forwarded += 1
+
+    async def _reply(self, waiter: str, result: Result) -> None:
+        await with_retries(lambda: self.publisher.reply(waiter, result))
+
+
+__all__ = ["ResultForwarder"]

@@ -1,0 +1,167 @@
+"""The mesh under its own users (identity issue): a registry, a router, a worker and two
+clients each log in as their provisioned user with MESH_ACCESS_CONTROL=true and
+MESH_TOPOLOGY=passive. Legitimate traffic completes; each forgery is refused by the broker
+or ignored by the mesh, and nothing of it reaches the victim."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aio_pika
+import aiormq.exceptions
+import pytest
+import redis.asyncio as redis_asyncio
+
+from mesh import Agent, MeshClient, TaskContext
+from mesh.access.roles import Role, build_plan, roles_for
+from mesh.config import Settings
+from mesh.connection import MeshConnection, connect
+from mesh.messaging import result_message
+from mesh.router.service import RouterService
+from mesh.services import start_registry, start_worker
+from schemas import Result, TaskEnvelope
+from tests.conftest import wait_until
+from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+BOB = "mobile"
+
+
+def _settings(mesh_access: Provisioned, amqp_url: str, redis_url: str) -> Settings:
+    return Settings.from_env(
+        namespace=mesh_access.scope.namespace,
+        amqp_url=amqp_url,
+        redis_url=redis_url,
+        topology="passive",
+        access_control=True,
+        heartbeat_s=0.5,
+        lease_ttl_s=3.0,
+    )
+
+
+@pytest.fixture
+async def as_user(mesh_access: Provisioned) -> AsyncIterator[Any]:
+    """Connections as provisioned roles (bob, a second client, provisioned here)."""
+    plan = build_plan(mesh_access.scope, mesh_access.topology, roles_for([], [BOB]))
+    report = await asyncio.to_thread(mesh_access.provisioner.provision, plan)
+    bob = report.of(Role("client", BOB)).credentials
+    assert bob is not None
+    opened: list[MeshConnection] = []
+
+    async def open_as(role: Role) -> MeshConnection:
+        creds = bob if role == Role("client", BOB) else mesh_access.creds(role)
+        assert creds is not None
+        settings = _settings(mesh_access, creds.amqp_url, creds.redis_url)
+        conn = await connect(settings, name=f"access-{role.label}")
+        opened.append(conn)
+        return conn
+
+    yield open_as
+    for conn in reversed(opened):
+        await conn.close()
+    cleaner = redis_asyncio.Redis.from_url(mesh_access.base_redis_url)
+    try:
+        await cleaner.execute_command("ACL", "DELUSER", mesh_access.user(Role("client", BOB)))
+    finally:
+        await cleaner.aclose()
+
+
+def _payer(applied: list[str]) -> Agent:
+    agent = Agent(AGENT_A, "Pays once per task", max_concurrency=4)
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        if await ctx.apply_once("pay"):
+            applied.append(task.task_id)
+        return {"paid": task.payload.get("n")}
+
+    return agent
+
+
+async def test_the_mesh_runs_under_its_own_users_and_believes_no_forgery(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    router = RouterService(await as_user(Role("router")))
+    await router.start()
+    add_cleanup(router.close)
+    applied: list[str] = []
+    worker_conn = await as_user(Role("worker", AGENT_A))
+    add_cleanup(await start_worker(worker_conn, _payer(applied), grace_s=2))
+    alice_conn = await as_user(Role("client", CLIENT))
+    bob_conn = await as_user(Role("client", BOB))
+    intruder = await as_user(Role("worker", AGENT_B))
+
+    async with MeshClient(alice_conn) as alice, MeshClient(bob_conn) as bob:
+        # legitimate: alice's task runs on A and its Result comes from the router
+        first = await alice.request("pay", {"n": 1}, target=AGENT_A, wait_s=20)
+        assert first.status == "completed" and first.output == {"paid": 1}
+        assert applied == [first.task_id] and alice.forged_results == 0
+        forwarder = router.results
+        assert forwarder is not None
+        await wait_until(lambda: forwarder.forwarded == 1, timeout=5)
+
+        # bob reuses alice's task_id: refused to him, nothing more for alice
+        stolen = TaskEnvelope(
+            task_id=first.task_id, capability="pay", target=AGENT_A, payload={"n": 666}
+        )
+        answer = await bob.send(stolen, wait_s=10)
+        assert answer.status == "failed" and answer.error is not None
+        assert answer.error.code == "task_id_in_use"
+        assert answer.output is None and applied == [first.task_id]
+
+        # bob aims his Result at alice's reply queue: refused, nothing reaches alice
+        refused = router.refused
+        aimed = TaskEnvelope(capability="pay", target=AGENT_A, reply_to=alice.reply_to)
+        await bob.submit(aimed)
+        await wait_until(lambda: router.refused > refused, timeout=10)
+
+        # B's worker forges a result notice for alice's task: the router does not believe it
+        channel = await intruder.channel()
+        results = await channel.get_exchange(intruder.topology.results, ensure=False)
+        forged = Result(task_id=first.task_id, status="completed", output={"paid": 1_000_000})
+        notice = result_message(forged)
+        notice.user_id = mesh_access.user(Role("worker", AGENT_B))
+        await results.publish(notice, routing_key=intruder.topology.results_key)
+        await wait_until(lambda: forwarder.refused >= 1, timeout=5)
+
+        # ...and cannot write alice's reply queue itself (no write on replies, nor amq.default)
+        key = intruder.topology.reply_key(alice.reply_to)
+        replies = await channel.get_exchange(intruder.topology.replies, ensure=False)
+        with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
+            await replies.publish(aio_pika.Message(b"{}"), routing_key=str(key))
+
+        # alice's next task still completes, and she saw exactly her own two Results
+        second = await alice.request("pay", {"n": 2}, target=AGENT_A, wait_s=20)
+        assert second.status == "completed"
+    assert alice.results_received == 2 and alice.forged_results == 0
+    assert alice.duplicate_results == 0 and alice.conflicting_results == 0
+    assert applied == [first.task_id, second.task_id]
+
+
+async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection) -> None:
+    """On a broker without permissions anyone can write a reply queue: under access control
+    the client itself drops what a router's user did not send, and counts it."""
+    settings = conn.settings.model_copy(update={"access_control": True})
+    guarded = MeshConnection(settings, name="guarded-client")
+    await guarded.open()
+    try:
+        async with MeshClient(guarded) as client:
+            waiting = asyncio.create_task(
+                client.send(TaskEnvelope(capability="x", timeout_ms=5_000), wait_s=3)
+            )
+            await wait_until(lambda: client._waiters, timeout=5)
+            [task_id] = list(client._waiters)
+            forged = result_message(Result(task_id=task_id, status="completed", output={}))
+            channel = await conn.channel()
+            replies = await channel.get_exchange(conn.topology.replies, ensure=False)
+            forged.user_id = "guest"
+            await replies.publish(forged, routing_key=str(conn.topology.reply_key(client.reply_to)))
+            await wait_until(lambda: client.forged_results == 1, timeout=5)
+            assert not waiting.done()
+            waiting.cancel()
+    finally:
+        await guarded.close()
