@@ -643,6 +643,14 @@ class RouterService(Lifecycle):
         The Result is stored with the task, so a later duplicate of the task_id gets the
         same answer; every reply_to recorded for the task_id is answered.
         """
+        claims = int((await self.store.holder_of(envelope.task_id)).get("claims", 0) or 0)
+        if claims:
+            # the caller must not read "never ran": an instance that then died had started it
+            message += (
+                f"; it had started on an instance ({claims} claim(s)), so side effects of "
+                "its handler may have happened"
+            )
+            details = {**(details or {}), "started": True}
         result = error_result(envelope, status, code, message, details)
         commit = await self.store.finish(result, status, by=self.router_id, note=code)
         if commit.status == "done":
