@@ -1308,9 +1308,7 @@ SUMMARY_FILE = "faults-summary.json"
 def update_summary(path: Path, key: str, doc: dict[str, Any]) -> Path:
     """Put `doc`'s summary (without runs and timelines) under `key` in `path`."""
     existing = json.loads(path.read_text()) if path.exists() else {}
-    options = {
-        k: doc["options"][k] for k in ("rate", "duration", "lease", "kill_pick", "repeat")
-    }
+    options = {k: doc["options"][k] for k in ("rate", "duration", "lease", "kill_pick", "repeat")}
     existing[key] = {
         "started_utc": doc["started_utc"],
         "options": options,
