@@ -1127,6 +1127,7 @@ def run_lines(doc: dict[str, Any]) -> list[str]:
 def result_path(args: argparse.Namespace) -> Path:
     suffix = "-short" if args.lease == "short" else ""
     suffix += "-aof" if args.redis_aof else ""
+    suffix += "-spread" if getattr(args, "kill_pick", "random") == "spread" else ""
     suffix += "-quick" if args.quick else ""
     return Path(args.results_dir) / f"faults-{args.scenario}{suffix}.json"
 

@@ -102,6 +102,10 @@ class Keys:
         """String: set once a task applied the side effect `name` (exactly-once effects)."""
         return f"{self.namespace}:effect-done:{task_id}:{name}"
 
+    def trace_owner(self, trace_id: str) -> str:
+        """String: the user whose task first used the trace_id (access control)."""
+        return f"{self.namespace}:trace-owner:{trace_id}"
+
     def trace_visits(self, trace_id: str) -> str:
         """Hash: agent_id -> visits of one trace (loop detection)."""
         return f"{self.namespace}:trace-visits:{trace_id}"

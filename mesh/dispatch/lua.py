@@ -72,12 +72,13 @@ return out
 """
 )
 
-#: KEYS task, hist, waiters, idem. ARGV ttl_ms, by, reply_to, redelivered, trace_id, agent,
+#: KEYS task, hist, waiters, idem, trace owner. ARGV ttl_ms, by, reply_to, redelivered,
+#: trace_id, agent,
 #: recovered ('1': the broker held a task whose record vanished; `APPLY_ONCE` refuses its
 #: side effects), owner (the sender's user under access control, else ''), states... (a
 #: new task follows all of them in one step: submitted, routing and, when the router
 #: chose already, dispatched to `agent`)
-#: A task_id belongs to its first owner: another user's duplicate is {'foreign'}.
+#: A task_id and a trace_id belong to their first owner: another user's is {'foreign'}.
 #: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
 #:    | {'refused', state} | {'foreign'}
 SUBMIT = (
@@ -85,9 +86,11 @@ SUBMIT = (
     + """
 local ttl = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
-if state and ARGV[8] ~= '' then
-  local owner = redis.call('HGET', KEYS[1], 'owner')
+if ARGV[8] ~= '' then
+  local owner = state and redis.call('HGET', KEYS[1], 'owner')
   if owner and owner ~= ARGV[8] then return {'foreign'} end
+  local trace_owner = redis.call('GET', KEYS[5])
+  if trace_owner and trace_owner ~= ARGV[8] then return {'foreign'} end
 end
 if state then
   local result = redis.call('HGET', KEYS[4], 'result')
@@ -113,7 +116,10 @@ local note = ARGV[7] == '1' and 'recovered' or 'ingress'
 local ok, r = advance(KEYS[1], KEYS[2], tail(9), ARGV[2], note, ARGV[6], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
-if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'owner', ARGV[8]) end
+if ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'owner', ARGV[8])
+  redis.call('SET', KEYS[5], ARGV[8], 'NX', 'PX', ttl)
+end
 if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'recovered', '1') end
 if ARGV[3] ~= '' then
   redis.call('SADD', KEYS[3], ARGV[3])

@@ -121,8 +121,8 @@ class TaskStore:
 
         `recovered` records a task the broker still held after its record vanished (Redis
         lost its data): its side effects are refused from then on (`apply_once`). With an
-        `owner` (the sender's user, under access control) the task_id is that user's: a
-        duplicate from anyone else is ``foreign``, never joined nor answered.
+        `owner` (a client's user, under access control) the task_id and the trace_id are
+        that user's: anyone else's use of them is ``foreign``, never joined nor answered.
         """
         k = self.keys
         reply = await self._submit(
@@ -130,6 +130,7 @@ class TaskStore:
                 *self._task_keys(envelope.task_id),
                 k.task_waiters(envelope.task_id),
                 k.idem(envelope.task_id),
+                k.trace_owner(envelope.trace_id),
             ],
             args=[
                 self.ttl_ms,

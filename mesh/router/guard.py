@@ -8,6 +8,9 @@ The sender is the broker-validated ``user_id`` of the message, never a body fiel
 - a client's task starts fresh: ``source`` is its user, and ``hops``, ``trajectory``,
   ``attempt``, ``reroutes``, ``excluded_agents`` and ``route`` are the mesh's to set
   (a worker's handoff keeps them: its agent is part of the mesh);
+- a task_id and a trace_id belong to the client user who used them first: another
+  user's task under them is refused (``task_id_in_use``), so nobody joins a trace to read
+  its shared context or gets another caller's stored Result;
 - a dispatch that comes back from an agent queue (dead-lettered by the broker, which
   keeps the publisher's ``user_id``) must have been published by a router, or by a worker
   of that agent (its retry): nobody else can end or reroute a task that way.
@@ -68,6 +71,12 @@ class IngressGuard:
                 }
             )
         return envelope
+
+    def owner(self, user_id: str | None) -> str:
+        """Who a new task's task_id and trace_id belong to: a client's user (workers hand
+        off on the traces of the tasks they run, so theirs stay open); '' when off."""
+        role = self.scope.role_of(user_id or "") if self.enabled else None
+        return (user_id or "") if role is not None and role.kind == "client" else ""
 
 
 __all__ = ["IngressGuard"]

@@ -448,10 +448,10 @@ class RouterService(Lifecycle):
             states=states,
             by=self.router_id,
             agent_id=agent,
-            owner=(user_id or "") if self.guard.enabled else "",
+            owner=self.guard.owner(user_id),
         )
         if sub.status == "foreign":
-            text = f"task_id {envelope.task_id} belongs to another user"
+            text = f"task_id {envelope.task_id} or trace_id {envelope.trace_id} is another user's"
             await self._refuse(envelope, body, Refusal("task_id_in_use", text, answer=True))
             return False
         if sub.status == "new":

@@ -6,8 +6,9 @@ import logging
 from typing import Any
 
 from mesh.config import Settings
+from mesh.dispatch.context import parse_ref
 from mesh.dispatch.store import Holder
-from mesh.errors import EffectUnknown, NotStarted, StaleFencingToken
+from mesh.errors import ContextNotFound, EffectUnknown, NotStarted, StaleFencingToken
 from mesh.keys import Keys
 from mesh.results import error_result
 from mesh.worker.deps import TaskDeps
@@ -97,6 +98,12 @@ class TaskContext:
         """The trace's shared context at `context_ref` ({} when the task carries none)."""
         if self.context_ref is None:
             return {}
+        trace_id, _version = parse_ref(self.context_ref)
+        if trace_id != self.trace_id:
+            raise ContextNotFound(
+                f"context_ref {self.context_ref!r} is another trace's, not {self.trace_id!r}'s: "
+                "a task reads only the context of its own trace"
+            )
         return await self._deps.contexts.load(self.context_ref)
 
     async def save_context(self, data: dict[str, Any]) -> str:

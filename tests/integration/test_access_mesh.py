@@ -113,6 +113,17 @@ async def test_the_mesh_runs_under_its_own_users_and_believes_no_forgery(
         assert answer.error.code == "task_id_in_use"
         assert answer.output is None and applied == [first.task_id]
 
+        # bob joins alice's trace (to read its shared context): refused the same way
+        joined = TaskEnvelope(
+            trace_id=first.trace_id or "",
+            capability="pay",
+            target=AGENT_A,
+            context_ref=f"ctx:{first.trace_id}:1",
+        )
+        answer = await bob.send(joined, wait_s=10)
+        assert answer.error is not None and answer.error.code == "task_id_in_use"
+        assert applied == [first.task_id]
+
         # bob aims his Result at alice's reply queue: refused, nothing reaches alice
         refused = router.refused
         aimed = TaskEnvelope(capability="pay", target=AGENT_A, reply_to=alice.reply_to)

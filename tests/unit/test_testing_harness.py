@@ -176,9 +176,10 @@ async def test_a_missing_context_raises_context_not_found() -> None:
         return {"missing": False}
 
     harness = AgentHarness(agent)
-    assert (await harness.run({}, context_ref="ctx:t-1:9")).output == {"missing": True}
+    missing = await harness.run({}, trace_id="t-1", context_ref="ctx:t-1:9")
+    assert missing.output == {"missing": True}
     ref = harness.save_context("t-1", {"k": "v"})
-    assert (await harness.run({}, context_ref=ref)).output == {"missing": False}
+    assert (await harness.run({}, trace_id="t-1", context_ref=ref)).output == {"missing": False}
 
 
 async def test_the_deadline_cancels_the_handler() -> None:
@@ -289,3 +290,19 @@ async def test_middleware_wraps_every_task_and_a_broken_hook_is_skipped(
     assert len(critical) == 2 and all("Broken" in r.getMessage() for r in critical)
     gated = await harness.run({"closed": True})
     assert gated.status == "rejected" and calls == [1]
+
+
+async def test_a_task_reads_only_its_own_traces_context() -> None:
+    agent = Agent("ctx.reader", "reads the shared context")
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        return {"seen": await ctx.context()}
+
+    harness = AgentHarness(agent)
+    ref = harness.save_context("trace-a", {"secret": 1})
+    own = await harness.run(trace_id="trace-a", context_ref=ref)
+    assert own.status == "completed" and own.output == {"seen": {"secret": 1}}
+    other = await harness.run(trace_id="trace-b", context_ref=ref)
+    assert other.status == "failed" and other.error is not None
+    assert "is another trace's" in other.error.message
