@@ -90,7 +90,8 @@ async def collect(settings: Settings, *, live_only: bool = False) -> list[dict[s
     async with await connect(settings, name="mesh-agents") as conn:
         seconds, micros = await conn.redis.time()
         now = int(seconds) * 1000 + int(micros) // 1000
-        return rows(await load_state(conn.redis, conn.keys), now, live_only=live_only)
+        state = await load_state(conn.redis, conn.keys, prune=not conn.settings.access_control)
+        return rows(state, now, live_only=live_only)
 
 
 def _agents(args: argparse.Namespace, settings: Settings) -> int:

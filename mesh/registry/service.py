@@ -38,6 +38,7 @@ from mesh.registry.admission import Admission, Refusal
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
+from mesh.registry.state import load_state
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
 from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
@@ -55,6 +56,9 @@ from schemas.codec import dumps, loads, peek
 from schemas.result import FieldProblem
 
 logger = logging.getLogger(__name__)
+
+#: how often a registry drops expired instance ids from the agents' sets
+PRUNE_INTERVAL_S = 60.0
 
 #: errors a registry survives (logged; the next message or tick tries again)
 TRANSIENT = TRANSIENT_ERRORS
@@ -399,7 +403,7 @@ class RegistryService(Lifecycle):
 
     # --- sweep ---------------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
-        last_leases = time.monotonic()
+        last_leases = last_prune = time.monotonic()
         while True:
             raise_if_cancelling()
             await asyncio.sleep(self.settings.sweep_interval_s)
@@ -408,6 +412,11 @@ class RegistryService(Lifecycle):
                 if time.monotonic() - last_leases >= self.lease_event_s:
                     last_leases = time.monotonic()
                     await self.publish_leases()
+                if time.monotonic() - last_prune >= PRUNE_INTERVAL_S:
+                    # forget instance ids whose hash expired (readers under access
+                    # control may not write the sets: the registry keeps them small)
+                    last_prune = time.monotonic()
+                    await load_state(self.conn.redis, self.conn.keys, prune=True)
             except TRANSIENT:
                 logger.warning("registry %s: sweep failed", self.registry_id, exc_info=True)
 

@@ -30,6 +30,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from mesh.access.trust import EventTrust
 from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.registry.events import (
@@ -60,6 +61,8 @@ class AgentSnapshot(Lifecycle):
         #: monotonic time each instance was last changed by an event (resync merge rule)
         self._touched: dict[str, float] = {}
         self._hooks: list[ChangeHook] = []
+        #: under access control only a registry's agent events count
+        self.trust = EventTrust(conn.settings)
         self._channel: AbstractChannel | None = None
         self._resync_task: asyncio.Task[None] | None = None
 
@@ -117,6 +120,14 @@ class AgentSnapshot(Lifecycle):
     async def _on_event(self, message: AbstractIncomingMessage) -> None:
         try:
             event = Event.model_validate_json(message.body)
+            if not self.trust.believes(message.user_id, event):
+                logger.warning(
+                    "snapshot %s: %s from user %r ignored (only a registry's count)",
+                    self.snapshot_id,
+                    event.type,
+                    message.user_id,
+                )
+                return
             if event.type == AGENT_LEASES:
                 self._apply_leases(event)
             elif event.type == AGENT_UP:
@@ -178,7 +189,9 @@ class AgentSnapshot(Lifecycle):
     async def resync(self) -> None:
         """Reload from Redis and merge: Redis wins unless an event is newer than the read."""
         started = time.monotonic()
-        fresh = await load_state(self.conn.redis, self.conn.keys)
+        # under access control a snapshot reads only: the registry prunes the sets
+        prune = not self.conn.settings.access_control
+        fresh = await load_state(self.conn.redis, self.conn.keys, prune=prune)
         changed: set[str] = set()
         for agent_id in set(self._agents) | set(fresh):
             old = self._agents.get(agent_id)

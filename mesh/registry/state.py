@@ -103,8 +103,13 @@ class AgentState:
         return replace(self, instances=dict(self.instances))
 
 
-async def load_state(redis: Any, keys: Keys) -> dict[str, AgentState]:
-    """Every known agent with its instances, read from Redis (three pipelined round trips)."""
+async def load_state(redis: Any, keys: Keys, *, prune: bool = True) -> dict[str, AgentState]:
+    """Every known agent with its instances, read from Redis (three pipelined round trips).
+
+    With `prune`, instance ids whose hash expired are dropped from their agent's set. A
+    reader whose Redis user may only read those keys (a router or an observer under
+    access control) passes False; the registry prunes (`RegistryService`).
+    """
     agent_ids = sorted(_s(a) for a in await redis.smembers(keys.agents()))
     if not agent_ids:
         return {}
@@ -130,7 +135,7 @@ async def load_state(redis: Any, keys: Keys) -> dict[str, AgentState]:
                 forgotten.append((agent_id, iid))
             elif inst.agent_id in agents:
                 agents[inst.agent_id].instances[inst.instance_id] = inst
-        if forgotten:
+        if forgotten and prune:
             await _prune(redis, keys, forgotten)
     return agents
 

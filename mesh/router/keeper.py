@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
+from mesh.access.trust import EventTrust
 from mesh.connection import MeshConnection
 from mesh.messaging import Publisher
 from mesh.registry.snapshot import AgentSnapshot
@@ -83,6 +84,8 @@ class IndexKeeper:
         #: CPU-seconds of the fits so far, and texts learned from this router / others
         self.fit_cpu_s = 0.0
         self.fits = 0
+        #: under access control, outcomes count only from a router or the agent's own user
+        self.trust = EventTrust(conn.settings)
         self.learned_here = 0
         self.learned_elsewhere = 0
 
@@ -293,6 +296,11 @@ class IndexKeeper:
         try:
             event = decode(Event, message.body)
         except InvalidEnvelope:
+            return
+        if not self.trust.believes(message.user_id, event):
+            logger.warning(
+                "%s from user %r ignored (not entitled to it)", event.type, message.user_id
+            )
             return
         try:
             self.take(event)

@@ -19,9 +19,11 @@ from mesh.access.roles import Role, build_plan, roles_for
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.messaging import result_message
+from mesh.registry.events import down_event
+from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.service import RouterService
 from mesh.services import start_registry, start_worker
-from schemas import Result, TaskEnvelope
+from schemas import Result, TaskEnvelope, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
 
@@ -176,3 +178,64 @@ async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection)
             waiting.cancel()
     finally:
         await guarded.close()
+
+
+async def test_a_snapshot_believes_agent_events_only_from_a_registry(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    """The router's view of the agents under its own (read-only) Redis user: it loads and
+    follows the registry, and a forged ``agent.down`` changes nothing. On this broker only
+    the registry may publish ``agent.*`` at all; the snapshot does not rely on that."""
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    worker_conn = await as_user(Role("worker", AGENT_A))
+    add_cleanup(await start_worker(worker_conn, _payer([]), grace_s=2))
+    snapshot = AgentSnapshot(await as_user(Role("router")))
+    await snapshot.start()
+    add_cleanup(snapshot.close)
+    await wait_until(lambda: snapshot.is_live(AGENT_A), timeout=10)
+    [instance] = snapshot.agent(AGENT_A).live_instances(now_ms())  # type: ignore[union-attr]
+    forged = down_event(
+        AGENT_A,
+        instance.instance_id,
+        instance.token,
+        "deregistered",
+        lease_expires_ms=now_ms(),
+        last_heartbeat_ms=now_ms(),
+    )
+    # a worker of A may not publish agent.* on the events exchange (topic permission)
+    channel = await worker_conn.channel()
+    events = await channel.get_exchange(worker_conn.topology.events, ensure=False)
+    message = aio_pika.Message(encode(forged), user_id=mesh_access.user(Role("worker", AGENT_A)))
+    with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
+        await events.publish(message, routing_key=forged.type)
+    assert snapshot.is_live(AGENT_A)
+
+
+async def test_under_access_control_a_forged_agent_down_is_ignored(
+    conn: MeshConnection, add_cleanup: Any
+) -> None:
+    """On a broker without permissions anyone can publish ``agent.down``: a snapshot under
+    access control ignores it unless a registry's user sent it (here nobody's is)."""
+    add_cleanup(await start_registry(conn))
+    add_cleanup(await start_worker(conn, _payer([]), grace_s=2))
+    guarded = MeshConnection(conn.settings.model_copy(update={"access_control": True}))
+    await guarded.open()
+    add_cleanup(guarded.close)
+    snapshot = AgentSnapshot(guarded)
+    await snapshot.start()
+    add_cleanup(snapshot.close)
+    await wait_until(lambda: snapshot.is_live(AGENT_A), timeout=10)
+    [instance] = snapshot.agent(AGENT_A).live_instances(now_ms())  # type: ignore[union-attr]
+    forged = down_event(
+        AGENT_A,
+        instance.instance_id,
+        instance.token,
+        "deregistered",
+        lease_expires_ms=now_ms(),
+        last_heartbeat_ms=now_ms(),
+    )
+    channel = await conn.channel()
+    events = await channel.get_exchange(conn.topology.events, ensure=False)
+    await events.publish(aio_pika.Message(encode(forged)), routing_key=forged.type)
+    await wait_until(lambda: snapshot.trust.ignored >= 1, timeout=5)
+    assert snapshot.is_live(AGENT_A)

@@ -1,0 +1,48 @@
+"""`EventTrust`: which events a snapshot or a router believes, by the broker's ``user_id``.
+
+Under access control (``MESH_ACCESS_CONTROL``) events are believed only from the role that
+is entitled to them, however the topic permissions were set:
+
+- ``agent.*`` (up, down, leases): from a registry;
+- ``task.*`` and ``route.*`` outcomes: from a router, or from the worker user of the very
+  agent the event names (a worker of agent B cannot open A's breaker with forged
+  ``task.failed`` events, nor teach the routers about A);
+- ``route.feedback``: from a router or a client.
+
+Without access control every event is believed, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mesh.access.roles import AccessScope
+from schemas import Event
+
+
+class EventTrust:
+    def __init__(self, settings: Any) -> None:
+        self.enabled = bool(settings.access_control)
+        self.scope = AccessScope.from_settings(settings)
+        self.ignored = 0
+
+    def believes(self, user_id: str | None, event: Event) -> bool:
+        """Whether `event`, published by `user_id`, counts; an ignored one is counted."""
+        if not self.enabled:
+            return True
+        role = self.scope.role_of(user_id or "")
+        kind = role.kind if role is not None else ""
+        if event.type.startswith("agent."):
+            ok = kind == "registry"
+        elif event.type == "route.feedback":
+            ok = kind in ("router", "client")
+        else:
+            ok = kind == "router" or (
+                kind == "worker" and role is not None and role.name == event.agent_id
+            )
+        if not ok:
+            self.ignored += 1
+        return ok
+
+
+__all__ = ["EventTrust"]
