@@ -252,6 +252,16 @@ class Topology:
 
     results_key = "result"
 
+    @property
+    def bids(self) -> str:
+        """Topic exchange of bids, workers -> the router that called for them (`bid_key`)."""
+        return f"{self.namespace}.bids"
+
+    @staticmethod
+    def bid_key(collector_id: str) -> str:
+        """Routing key of the bids for one router's collector: ``bid.<collector_id>``."""
+        return f"bid.{collector_id}"
+
     def bid_queue(self, collector_id: str) -> str:
         """Exclusive, auto-delete queue one router collects bids on."""
         return f"{self.namespace}.bids.{collector_id}"
@@ -285,6 +295,7 @@ class Topology:
             ExchangeSpec(self.registry, ExchangeType.DIRECT),
             ExchangeSpec(self.sessions, ExchangeType.TOPIC),
             ExchangeSpec(self.replies, ExchangeType.TOPIC),
+            ExchangeSpec(self.bids, ExchangeType.TOPIC),
             ExchangeSpec(self.results, ExchangeType.DIRECT),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
             ExchangeSpec(self.retry, ExchangeType.HEADERS),

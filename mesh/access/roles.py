@@ -186,7 +186,7 @@ class FutureNames:
     @property
     def bids(self) -> str:
         """Topic exchange of bids, keys ``bid.<router-id>`` (bid queues: `Topology.bid_queue`)."""
-        return f"{self._ns}.bids"
+        return self.topology.bids
 
     def reply_queue_prefix(self, user: str) -> str:
         """Reply queues of a user are ``Topology.reply_queue("<user>.<client-id>")``."""
@@ -214,7 +214,6 @@ class FutureNames:
     def missing(self) -> list[tuple[str, str]]:
         """(name, what it is) of every object the permissions name that the topology lacks."""
         return [
-            (self.bids, "bids topic exchange (workers -> routers)"),
             (self.observer_queue_prefix("<user>") + "*", "observer queues"),
             (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),
             (self.topology.retry, "retry exchange as topic with keys <delay>.agent.<a>"),

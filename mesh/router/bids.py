@@ -2,7 +2,9 @@
 
 The router publishes a `BidRequest` to every instance of each candidate agent on
 `mesh.control` (routing key ``agent.<agent_id>``) and collects `Bid`s on its own exclusive
-queue until the window closes or every candidate has answered. The most confident bid
+queue, bound to ``<ns>.bids`` with ``bid.<collector>`` (the request's ``reply_to``), until
+the window closes or every candidate has answered. Under access control a bid counts
+only from the worker user of the agent it names. The most confident bid
 wins. The window is bounded by the task's deadline.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from mesh.access.roles import AccessScope
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
@@ -33,14 +36,24 @@ class BidCollector(Lifecycle):
         self._channel: AbstractChannel | None = None
         self._queue: AbstractQueue | None = None
         self._pending: dict[str, tuple[set[str], list[Bid], asyncio.Event]] = {}
+        self._key = ""
+        #: under access control a bid counts only from the worker user of its agent
+        self.scope = (
+            AccessScope.from_settings(conn.settings) if conn.settings.access_control else None
+        )
+        self.refused = 0
 
     async def start(self) -> None:
         if self._queue is not None:
             return
         self._channel = await self.conn.channel(confirms=False)
+        collector_id = new_id()[:12]
         self._queue = await self._channel.declare_queue(
-            self.topology.bid_queue(new_id()[:12]), exclusive=True, auto_delete=True
+            self.topology.bid_queue(collector_id), exclusive=True, auto_delete=True
         )
+        # bids come through the bids exchange, keyed by this collector (no default exchange)
+        self._key = self.topology.bid_key(collector_id)
+        await self._queue.bind(self.topology.bids, routing_key=self._key)
         await self._queue.consume(self._on_bid, no_ack=True)
 
     async def _on_bid(self, message: AbstractIncomingMessage) -> None:
@@ -52,6 +65,14 @@ class BidCollector(Lifecycle):
         pending = self._pending.get(bid.task_id)
         if pending is None:
             return  # late: the window closed
+        if self.scope is not None:
+            role = self.scope.role_of(message.user_id or "")
+            if role is None or role.kind != "worker" or role.name != bid.agent_id:
+                self.refused += 1
+                logger.warning(
+                    "bid for agent %r from user %r ignored", bid.agent_id, message.user_id
+                )
+                return
         waiting, bids, done = pending
         bids.append(bid)
         waiting.discard(bid.agent_id)
@@ -71,7 +92,7 @@ class BidCollector(Lifecycle):
             task_id=envelope.task_id,
             capability=envelope.capability,
             required_tags=envelope.required_tags,
-            reply_to=self._queue.name,
+            reply_to=self._key,
             deadline_ms=deadline,
         )
         body = encode(request)

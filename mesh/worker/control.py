@@ -76,12 +76,13 @@ class ControlConsumer(Lifecycle):
             confidence=min(max(float(confidence), 0.0), 1.0),
             load=float(self.load()) / max(self.agent.max_concurrency, 1),
         )
-        await self.publisher.send(
-            self.publisher.channel.default_exchange,
-            aio_pika.Message(encode(bid), content_type="application/json"),
-            request.reply_to,
-            mandatory=False,
-        )
+        answer = aio_pika.Message(encode(bid), content_type="application/json")
+        topology = self.conn.topology
+        if request.reply_to.startswith(topology.bid_key("")):
+            exchange = await self.publisher.exchange(topology.bids)
+        else:  # an older router's queue name
+            exchange = self.publisher.channel.default_exchange
+        await self.publisher.send(exchange, answer, request.reply_to, mandatory=False)
         self.bids += 1
 
     async def close(self) -> None:

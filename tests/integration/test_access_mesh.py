@@ -18,12 +18,13 @@ from mesh import Agent, MeshClient, TaskContext
 from mesh.access.roles import Role, build_plan, roles_for
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
-from mesh.messaging import result_message
+from mesh.messaging import Publisher, result_message
 from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
+from mesh.router.bids import BidCollector
 from mesh.router.service import RouterService
 from mesh.services import start_registry, start_worker
-from schemas import Result, TaskEnvelope, encode, now_ms
+from schemas import Bid, Result, TaskEnvelope, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
 
@@ -239,3 +240,43 @@ async def test_under_access_control_a_forged_agent_down_is_ignored(
     await events.publish(aio_pika.Message(encode(forged)), routing_key=forged.type)
     await wait_until(lambda: snapshot.trust.ignored >= 1, timeout=5)
     assert snapshot.is_live(AGENT_A)
+
+
+async def test_bids_travel_the_bids_exchange_and_count_only_from_their_agents_user(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    bidder = _payer([])
+
+    @bidder.bidder
+    async def bid(request: Any) -> float | None:
+        await asyncio.sleep(1.0)  # the forged bid below arrives first, inside the window
+        return 0.8
+
+    add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), bidder, grace_s=2))
+    router_conn = await as_user(Role("router"))
+    publisher = Publisher(router_conn)
+    await publisher.start()
+    add_cleanup(publisher.close)
+    collector = BidCollector(router_conn, publisher)
+    await collector.start()
+    add_cleanup(collector.close)
+    envelope = TaskEnvelope(capability="pay")
+
+    async def forge() -> None:
+        """Worker B answers for agent A while the window is open."""
+        intruder = await as_user(Role("worker", AGENT_B))
+        channel = await intruder.channel()
+        bids = await channel.get_exchange(intruder.topology.bids, ensure=False)
+        fake = Bid(
+            task_id=envelope.task_id, agent_id=AGENT_A, instance_id=f"{AGENT_A}-x", confidence=1.0
+        )
+        message = aio_pika.Message(encode(fake), user_id=mesh_access.user(Role("worker", AGENT_B)))
+        await bids.publish(message, routing_key=collector._key)
+
+    forging = asyncio.create_task(forge())
+    best, bids = await collector.call(envelope, [AGENT_A], window_ms=3_000)
+    await forging
+    assert best is not None and best.agent_id == AGENT_A and best.confidence == 0.8
+    await wait_until(lambda: collector.refused == 1, timeout=5)
+    assert all(b.confidence == 0.8 for b in bids)
