@@ -21,9 +21,8 @@ DEAD_REASONS: tuple[DeadReason, ...] = ("invalid", "unroutable", "hops", "retrie
 
 #: header carrying the reason of a dead letter
 REASON_HEADER = "x-mesh-reason"
-#: header carrying the retry delay a message asks for (matched by the `mesh.retry` exchange);
-#: not ``x-``-prefixed: a headers exchange ignores ``x-*`` binding arguments when matching,
-#: so an ``x-`` header would send every retry to every delay queue
+#: header carrying the retry delay a republished task waited (for reading: the routing key,
+#: `Topology.retry_key`, is what sends it to its delay queue)
 DELAY_HEADER = "mesh-delay"
 #: header of a task a worker deferred or handed back (the holder it waited on, or itself):
 #: such a copy may have run before, so a claim never takes it for a first delivery
@@ -159,8 +158,14 @@ class Topology:
 
     @property
     def retry(self) -> str:
-        """Exchange (headers) feeding the retry delay queues."""
-        return f"{self.namespace}.retry"
+        """Exchange (topic) feeding the retry delay queues, keyed `retry_key`: a topic
+        permission can then tie a worker's retries to its own agent's dispatch key."""
+        return f"{self.namespace}.retries"
+
+    def retry_key(self, delay_ms: int, agent_id: str, priority: int = 5) -> str:
+        """``<delay>.<dispatch key>``: the delay queue it waits in, then (the queue dead-
+        letters it to the capabilities exchange with that key) the agent's queue."""
+        return f"{delay_ms}.{self.agent_routing_key(agent_id, priority)}"
 
     @property
     def dlx(self) -> str:
@@ -185,7 +190,11 @@ class Topology:
         return f"agent.{agent_id}.{priority_band(priority)}"
 
     def agent_of_routing_key(self, routing_key: str) -> str | None:
-        """Inverse of `agent_routing_key` (None for a key that is not a dispatch key)."""
+        """Inverse of `agent_routing_key` (None for a key that is not a dispatch key); a
+        `retry_key` names its agent too."""
+        delay, dot, rest = routing_key.partition(".")
+        if dot and delay.isdigit():
+            routing_key = rest
         if not routing_key.startswith("agent."):
             return None
         rest = routing_key[len("agent.") :]
@@ -298,7 +307,7 @@ class Topology:
             ExchangeSpec(self.bids, ExchangeType.TOPIC),
             ExchangeSpec(self.results, ExchangeType.DIRECT),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
-            ExchangeSpec(self.retry, ExchangeType.HEADERS),
+            ExchangeSpec(self.retry, ExchangeType.TOPIC),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),
         )
         router_args = self._queue_args(priority=True)
@@ -312,6 +321,8 @@ class Topology:
             # dispatches that expired or were rejected in an agent queue come back to a
             # router, which reroutes them (or ends them) -- DESIGN section 7
             BindingSpec(self.dlx, self.router_queue, "agent.#"),
+            # ...and retried ones, whose key still carries the delay (`retry_key`)
+            BindingSpec(self.dlx, self.router_queue, "*.agent.#"),
             BindingSpec(self.registry, self.registry, self.registry_key),
             BindingSpec(self.results, self.results, self.results_key),
         ]
@@ -323,9 +334,7 @@ class Topology:
                 "x-dead-letter-exchange": self.capabilities,
             }
             queues.append(QueueSpec(name, args))
-            bindings.append(
-                BindingSpec(self.retry, name, "", {"x-match": "all", DELAY_HEADER: str(delay)})
-            )
+            bindings.append(BindingSpec(self.retry, name, f"{delay}.#"))
         for reason in DEAD_REASONS:
             name = self.dead_queue(reason)
             queues.append(QueueSpec(name, self._queue_args(priority=False)))
@@ -335,18 +344,26 @@ class Topology:
     def agent_spec(self, agent_id: str) -> TopologySpec:
         """The queue(s) of one logical agent and their bindings."""
         args = {**self._queue_args(priority=True), "x-dead-letter-exchange": self.dlx}
+        # each queue takes its dispatch key, and the same key behind a retry delay (a
+        # retried task comes back from its delay queue with `retry_key`)
         if self.queue_type == "classic":
             name = self.agent_queue(agent_id)
+            key = self.agent_routing_key(agent_id)
             return TopologySpec(
                 queues=(QueueSpec(name, args),),
-                bindings=(BindingSpec(self.capabilities, name, self.agent_routing_key(agent_id)),),
+                bindings=(
+                    BindingSpec(self.capabilities, name, key),
+                    BindingSpec(self.capabilities, name, f"*.{key}"),
+                ),
             )
         queues = []
         bindings = []
         for band, _ in PRIORITY_BANDS:
             name = self.agent_queue(agent_id, band)
+            key = f"agent.{agent_id}.{band}"
             queues.append(QueueSpec(name, args))
-            bindings.append(BindingSpec(self.capabilities, name, f"agent.{agent_id}.{band}"))
+            bindings.append(BindingSpec(self.capabilities, name, key))
+            bindings.append(BindingSpec(self.capabilities, name, f"*.{key}"))
         return TopologySpec(queues=tuple(queues), bindings=tuple(bindings))
 
     def instance_spec(self, agent_id: str, instance_id: str) -> TopologySpec:

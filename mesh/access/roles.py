@@ -216,7 +216,6 @@ class FutureNames:
         return [
             (self.observer_queue_prefix("<user>") + "*", "observer queues"),
             (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),
-            (self.topology.retry, "retry exchange as topic with keys <delay>.agent.<a>"),
         ]
 
 

@@ -220,16 +220,15 @@ class Settler:
         )
 
     async def _republish(self, envelope: TaskEnvelope, headers: dict[str, str]) -> None:
-        """Send `envelope` back to this agent's queue through `mesh.retry` (confirmed)."""
+        """Send `envelope` back to this agent's queue through the retry exchange, waiting
+        ``headers[DELAY_HEADER]`` ms in its delay queue (confirmed)."""
         topology = self.deps.topology
         publisher = self.deps.publisher
         exchange = await publisher.exchange(topology.retry)
+        key = topology.retry_key(int(headers[DELAY_HEADER]), self.deps.agent_id, envelope.priority)
         await with_retries(
             lambda: publisher.send(
-                exchange,
-                envelope_message(envelope, headers=headers),
-                topology.agent_routing_key(self.deps.agent_id, envelope.priority),
-                mandatory=False,
+                exchange, envelope_message(envelope, headers=headers), key, mandatory=False
             )
         )
 

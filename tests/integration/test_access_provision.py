@@ -240,12 +240,6 @@ async def test_topic_permissions_refuse_a_worker_forging_agent_events_or_binding
     assert f"access to topic '{other}' in exchange '{topology.control}'" in text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,  # "DID NOT RAISE": the broker accepted the publish
-    reason="gap: mesh.retry is a headers exchange, so topic permissions cannot bind the "
-    "retry key to the worker's own agent (SECURITY.md wants a topic retry exchange)",
-)
 async def test_a_worker_cannot_retry_into_another_agents_queue(
     mesh_access: Provisioned, login: Opener
 ) -> None:
@@ -257,8 +251,15 @@ async def test_a_worker_cannot_retry_into_another_agents_queue(
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
         await retry.publish(
             aio_pika.Message(b"{}", headers={DELAY_HEADER: delay}),
-            routing_key=topology.agent_routing_key(AGENT_B),
+            routing_key=topology.retry_key(int(delay), AGENT_B),
         )
+    # its own agent's retry key is allowed
+    conn = await login(mesh_access.creds(Role("worker", AGENT_A)))
+    channel = await conn.channel(publisher_confirms=True)
+    retry = await channel.get_exchange(topology.retry, ensure=False)
+    await retry.publish(
+        aio_pika.Message(b"{}"), routing_key=topology.retry_key(int(delay), AGENT_A)
+    )
 
 
 async def test_the_worker_redis_user_runs_scripts_on_task_keys_only(
