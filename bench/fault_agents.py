@@ -88,7 +88,7 @@ def _entry(task_id: str, instance_id: str) -> str:
 
 async def _handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
     led = ledger()
-    starts, applied = ledger_keys(ctx.settings.namespace)
+    starts, applied = ledger_keys(os.environ.get("MESH_NAMESPACE", "mesh"))
     if led is not None:
         await led.rpush(starts, _entry(task.task_id, ctx.instance_id))
     half_s = float(task.payload.get("ms", 0) or 0) / 2000.0

@@ -82,42 +82,49 @@ class LeaseMembership:
         await self.conn.redis.hset(self.conn.keys.instance(self.instance_id), "status", "down")
 
 
-def effect_agent(agent_id: str = "effect") -> Agent:
-    """Counts every run, sleeps ``payload.sleep_s``, then applies its side effect once."""
+def effect_agent(state: MeshConnection, agent_id: str = "effect") -> Agent:
+    """Counts every run, sleeps ``payload.sleep_s``, then applies its side effect once.
+
+    The run counters are the test's own state, kept through `state` (a handler gets no
+    Redis client from the mesh): ``side_effect("runs:<task_id>")`` and ``"total"``.
+    """
     agent = Agent(agent_id, "Applies a counted side effect", max_concurrency=8)
 
     @agent.handler
     async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
-        keys = ctx.keys
-        await ctx.redis.incr(keys.side_effect(f"runs:{task.task_id}"))
+        keys = state.keys
+        await state.redis.incr(keys.side_effect(f"runs:{task.task_id}"))
         await asyncio.sleep(float(task.payload.get("sleep_s", 0)))
         applied = await ctx.apply_once(f"work:{task.task_id}")
-        await ctx.redis.incr(keys.side_effect("total"))
+        await state.redis.incr(keys.side_effect("total"))
         return {"applied": applied, "n": task.payload.get("n")}
 
     return agent
 
 
-def failing_agent(agent_id: str = "flaky") -> Agent:
-    """Always fails with a transient error; records the time of each attempt."""
+def failing_agent(state: MeshConnection, agent_id: str = "flaky") -> Agent:
+    """Always fails with a transient error; records the time of each attempt (in `state`)."""
     agent = Agent(agent_id, "Never manages it")
 
     @agent.handler
     async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
-        keys = ctx.keys
-        await ctx.redis.rpush(keys.side_effect(f"attempts:{task.task_id}"), now_ms())
+        keys = state.keys
+        await state.redis.rpush(keys.side_effect(f"attempts:{task.task_id}"), now_ms())
         raise ConnectionError(f"backend down (attempt {task.attempt})")
 
     return agent
 
 
-AGENTS: dict[str, Callable[[], Agent]] = {"effect": effect_agent, "flaky": failing_agent}
+AGENTS: dict[str, Callable[[MeshConnection], Agent]] = {
+    "effect": effect_agent,
+    "flaky": failing_agent,
+}
 
 
 async def _serve(agent_name: str, instance_id: str) -> None:
     settings = Settings.from_env()
     conn = await connect(settings, name=f"subprocess-{instance_id}")
-    agent = AGENTS[agent_name]()
+    agent = AGENTS[agent_name](conn)
     membership = LeaseMembership(conn, agent.agent_id, instance_id)
     runtime = WorkerRuntime(agent, conn, instance_id=instance_id, membership=membership)
     await runtime.start()

@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from mesh.config import Settings
 from mesh.dispatch.context import parse_ref
 from mesh.dispatch.store import Holder
-from mesh.errors import ContextNotFound, EffectUnknown, NotStarted, StaleFencingToken
-from mesh.keys import Keys
+from mesh.errors import ContextNotFound, EffectUnknown, StaleFencingToken
 from mesh.results import error_result
 from mesh.worker.deps import TaskDeps
 from schemas import Result, TaskEnvelope, now_ms
@@ -46,24 +44,13 @@ class TaskContext:
         return self.envelope.trace_id
 
     @property
-    def settings(self) -> Settings:
-        return self._deps.settings
+    def max_output_bytes(self) -> int:
+        """The largest output this worker sends back (``MESH_MAX_PAYLOAD_BYTES``)."""
+        return self._deps.settings.max_payload_bytes
 
-    @property
-    def keys(self) -> Keys:
-        """Redis key names of the worker's namespace."""
-        return self._deps.keys
-
-    @property
-    def redis(self) -> Any:
-        """The worker's Redis client, for handlers that keep state of their own.
-
-        Raises:
-            NotStarted: there is none (a handler run by `mesh.testing.AgentHarness`).
-        """
-        if self._deps.redis is None:
-            raise NotStarted("no Redis client here: mesh.testing runs handlers without one")
-        return self._deps.redis
+    # A handler gets no Redis client and no settings object: what it may do to the mesh's
+    # state goes through the methods below (`apply_once`, `fence`, the trace's context,
+    # `handoff`), under the worker's own ACL user. State of its own it keeps itself.
 
     def time_left_ms(self) -> int:
         """Milliseconds until the task's deadline (negative once it has passed)."""

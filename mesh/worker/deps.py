@@ -61,8 +61,6 @@ class TaskDeps:
     fence: Fence
     #: the client handoffs go through (opened on first use)
     client: Callable[[], Awaitable[HandoffClient]]
-    #: the worker's Redis client (None without one, as in `mesh.testing`)
-    redis: Any = None
 
 
 @dataclass(frozen=True, slots=True)

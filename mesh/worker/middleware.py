@@ -97,8 +97,7 @@ class DeadlineMiddleware(WorkerMiddleware):
                 return Outcome(
                     "failed",
                     code="lifetime_exceeded",
-                    message="cancelled after max_task_lifetime_s="
-                    f"{run.ctx.settings.max_task_lifetime_s}",
+                    message=f"cancelled after max_task_lifetime_s={run.lifetime_ms / 1000:g}",
                 )
             return Outcome(
                 "expired",
@@ -148,7 +147,7 @@ def handler_step(handler: Handler) -> CallNext:
             output = await handler(run.envelope, run.ctx)
         except Exception as exc:
             return outcome_of_error(exc, run.task_id)
-        return check_output(output, run.ctx.settings.max_payload_bytes)
+        return check_output(output, run.ctx.max_output_bytes)
 
     return call
 

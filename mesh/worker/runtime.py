@@ -102,7 +102,6 @@ class WorkerRuntime(Lifecycle):
             contexts=self.contexts,
             fence=self.membership,
             client=self.client,
-            redis=conn.redis,
         )
         self.settler = Settler(
             WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied)

@@ -76,7 +76,7 @@ async def test_node_kills_under_load_lose_and_double_nothing(
         "worker": 3,
     }
     await start_router(router_conn, add_cleanup)
-    agent = effect_agent()
+    agent = effect_agent(worker_conn)
     agent.max_concurrency = 16
     await start_worker(worker_conn, add_cleanup, agent)
     client = MeshClient(client_conn)

@@ -60,7 +60,7 @@ async def test_a_backlog_for_one_live_agent_completes(
     conn: MeshConnection, add_cleanup: Any, targeted: bool
 ) -> None:
     await start_router(conn, add_cleanup, LiveSelector("effect"))
-    agent = effect_agent()
+    agent = effect_agent(conn)
     agent.max_concurrency = 4
     worker = await start_worker(conn, add_cleanup, agent)
     # 120 tasks of 50 ms on 4 slots take 1.5 s: most wait far past the 200 ms accept timeout

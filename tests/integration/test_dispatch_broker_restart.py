@@ -41,7 +41,7 @@ async def test_broker_restart_under_load(mesh_env: Any, add_cleanup: Any) -> Non
     worker_conn: MeshConnection = await mesh_env("-worker")
     client_conn: MeshConnection = await mesh_env("-client")
     await start_router(router_conn, add_cleanup)
-    agent = effect_agent()
+    agent = effect_agent(worker_conn)
     agent.max_concurrency = 16
     await start_worker(worker_conn, add_cleanup, agent)
     client = MeshClient(client_conn)

@@ -23,7 +23,7 @@ async def test_mesh_task_prints_the_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await start_router(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         result = await client.request("do", target="effect", wait_s=10)
     monkeypatch.setenv("MESH_NAMESPACE", conn.settings.namespace)

@@ -88,7 +88,7 @@ async def test_worker_killed_mid_task_completes_exactly_once(
         await start_worker(
             conn,
             add_cleanup,
-            effect_agent(),
+            effect_agent(conn),
             instance_id="effect-survivor",
             membership=survivor_membership,
         )

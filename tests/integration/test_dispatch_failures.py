@@ -43,7 +43,7 @@ async def test_always_failing_handler_three_attempts_with_growing_delays_then_de
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     await start_router(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, failing_agent())
+    await start_worker(conn, add_cleanup, failing_agent(conn))
     async with MeshClient(conn) as client:
         result = await client.request("try hard", target="flaky", wait_s=10)
     assert result.status == "failed"
@@ -72,7 +72,7 @@ async def test_no_consumer_accept_timeout_reroutes_to_next_candidate(
     # "asleep" has a queue but nobody consumes it: the dispatch expires after 300 ms
     await declare_idle_agents(conn, "asleep")
     await start_router(conn, add_cleanup, OrderedSelector("asleep", "effect"))
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         started = asyncio.get_running_loop().time()
         result = await client.request("anyone?", wait_s=10)
@@ -112,7 +112,7 @@ async def test_target_not_taken_in_time_is_tried_again_then_unroutable(
 
         # the first dispatch expires unconsumed; then a worker starts
         await wait_until(rerouted_once, timeout=5)
-        await start_worker(conn, add_cleanup, effect_agent())
+        await start_worker(conn, add_cleanup, effect_agent(conn))
         result = await pending
         assert result.status == "completed" and result.agent_id == "effect"
         # nobody ever consumes: three dispatches to the target, then unroutable
@@ -155,7 +155,7 @@ async def test_reject_goes_to_the_next_candidate(conn: MeshConnection, add_clean
 
     await start_router(conn, add_cleanup, OrderedSelector("picky", "effect"))
     await start_worker(conn, add_cleanup, picky)
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         result = await client.request("something", wait_s=10)
     assert result.status == "completed" and result.agent_id == "effect"
@@ -167,7 +167,7 @@ async def test_deadline_passing_in_the_agent_queue_expires_through_the_router(
     """AMQP expiration path: nobody consumes before the deadline; the router ends it."""
     await declare_idle_agents(conn, "asleep")
     await start_router(conn, add_cleanup, OrderedSelector("asleep", "effect"))
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         result = await client.request("quick!", timeout_ms=200, wait_s=10)
     assert result.status == "expired"
@@ -181,7 +181,7 @@ async def test_deadline_passed_before_the_worker_took_it_is_not_executed(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     """Worker path: a dispatch that reaches a worker after its deadline is not run."""
-    worker = await start_worker(conn, add_cleanup, effect_agent())
+    worker = await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         envelope = TaskEnvelope(
             capability="late",
@@ -208,7 +208,7 @@ async def test_deadline_passed_before_the_worker_took_it_is_not_executed(
 
 async def test_handler_cancelled_at_the_deadline(conn: MeshConnection, add_cleanup: Any) -> None:
     await start_router(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     tap = await EventTap.open(conn, add_cleanup, "task.#")
     async with MeshClient(conn) as client:
         started = asyncio.get_running_loop().time()

@@ -17,7 +17,7 @@ from tests.integration.dispatch_kit import EventTap, start_router, start_worker,
 pytestmark = pytest.mark.integration
 
 
-def bouncer(agent_id: str, other: str) -> Agent:
+def bouncer(state: MeshConnection, agent_id: str, other: str) -> Agent:
     """Hands every task to `other` and wraps its Result; records what it saw."""
     agent = Agent(agent_id, f"Bounces work to {other}")
 
@@ -32,7 +32,7 @@ def bouncer(agent_id: str, other: str) -> Agent:
             "parent": task.parent_task_id,
             "trace": task.trace_id,
         }
-        await ctx.redis.rpush(ctx.keys.side_effect("seen"), dumps(seen))
+        await state.redis.rpush(state.keys.side_effect("seen"), dumps(seen))
         inner = await ctx.handoff("bounce it back", {"from": agent_id}, target=other)
         return {"inner": inner.model_dump(mode="json")}
 
@@ -44,8 +44,8 @@ async def test_ping_pong_stops_at_max_hops_with_loop_alert_and_halved_deadlines(
 ) -> None:
     await start_router(conn, add_cleanup)
     tap = await EventTap.open(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, bouncer("ping", "pong"))
-    await start_worker(conn, add_cleanup, bouncer("pong", "ping"))
+    await start_worker(conn, add_cleanup, bouncer(conn, "ping", "pong"))
+    await start_worker(conn, add_cleanup, bouncer(conn, "pong", "ping"))
     async with MeshClient(conn) as client:
         result = await client.request(
             "start the rally", target="ping", max_hops=5, timeout_ms=20_000, wait_s=25

@@ -37,7 +37,7 @@ async def test_same_task_id_twice_runs_once_and_both_callers_get_the_same_result
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     await start_router(conn, add_cleanup)
-    worker = await start_worker(conn, add_cleanup, effect_agent())
+    worker = await start_worker(conn, add_cleanup, effect_agent(conn))
     envelope = TaskEnvelope(capability="do it", payload={"sleep_s": 0.3, "n": 7}, target="effect")
     async with MeshClient(conn) as first, MeshClient(conn) as second:
         a, b = await asyncio.gather(
@@ -56,7 +56,7 @@ async def test_redelivery_of_a_finished_task_does_not_run_it_again(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     await start_router(conn, add_cleanup)
-    worker = await start_worker(conn, add_cleanup, effect_agent())
+    worker = await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         envelope = TaskEnvelope(capability="do it", target="effect", reply_to=client.reply_to)
         first = await client.send(envelope, wait_s=10)
@@ -153,7 +153,7 @@ async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_agai
     redelivered; once the task is finished and its caller answered, the copy sends nothing.
     A new submission of the task_id (by the same or another caller) still gets the Result."""
     await start_router(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     store = TaskStore(conn.redis, conn.keys, conn.settings)
     async with MeshClient(conn) as client:
         envelope = TaskEnvelope(capability="do it", target="effect", reply_to=client.reply_to)

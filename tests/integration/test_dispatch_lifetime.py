@@ -31,7 +31,7 @@ async def test_worker_cancels_a_handler_at_the_maximum_lifetime(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:
     await start_router(conn, add_cleanup)
-    await start_worker(conn, add_cleanup, effect_agent())
+    await start_worker(conn, add_cleanup, effect_agent(conn))
     async with MeshClient(conn) as client:
         result = await client.request("hang", {"sleep_s": 30}, target="effect", wait_s=10)
     assert result.status == "failed"

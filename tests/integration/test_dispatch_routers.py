@@ -25,7 +25,7 @@ async def test_two_routers_route_each_task_exactly_once(mesh_env: Any, add_clean
     conn_w: MeshConnection = await mesh_env("-worker")
     router_a = await start_router(conn_a, add_cleanup)
     router_b = await start_router(conn_b, add_cleanup)
-    agent = effect_agent()
+    agent = effect_agent(conn_w)
     agent.max_concurrency = 64
     worker = await start_worker(conn_w, add_cleanup, agent)
     started = asyncio.get_running_loop().time()

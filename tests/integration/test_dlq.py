@@ -38,7 +38,7 @@ async def test_list_leaves_dead_letters_and_replay_runs_them_as_new_tasks(
         assert letters[0].details["code"] == "no_agent"
         assert letters[0].as_dict()["body"]["payload"] == {"n": 7}
 
-        await start_worker(conn, add_cleanup, effect_agent())
+        await start_worker(conn, add_cleanup, effect_agent(conn))
         [(old, new)] = (await replay(conn, "unroutable")).done
         assert old == dead.task_id and new != old
         assert await peek(conn, "unroutable") == []

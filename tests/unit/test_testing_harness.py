@@ -11,7 +11,7 @@ import pytest
 
 from mesh import Agent, Reject, Retry, StaleFencingToken, TaskContext
 from mesh.config import Settings
-from mesh.errors import ContextNotFound, NotStarted
+from mesh.errors import ContextNotFound
 from mesh.testing import AgentHarness
 from mesh.worker.middleware import CallNext, TaskRun, WorkerMiddleware
 from mesh.worker.outcome import Outcome
@@ -77,9 +77,10 @@ async def test_completed_with_the_real_context() -> None:
     result = await harness.run({"x": 1}, capability="echo")
     assert result.status == "completed" and result.output == {"echo": {"x": 1}, "left": True}
     assert result.agent_id == "a" and result.instance_id == harness.instance_id
-    assert type(seen[0]) is TaskContext and seen[0].keys.namespace == "mesh"
-    with pytest.raises(NotStarted):
-        _ = seen[0].redis
+    assert type(seen[0]) is TaskContext
+    # a handler gets no Redis client and no settings object: only the context's methods
+    assert not any(hasattr(seen[0], name) for name in ("redis", "settings", "keys"))
+    assert seen[0].max_output_bytes == Settings().max_payload_bytes
 
 
 async def test_apply_once_counts_each_task_once() -> None:
