@@ -205,6 +205,9 @@ class Settings(BaseModel):
     agent_users: dict[str, list[str]] = Field(default_factory=dict)
     #: largest registration body the registry accepts under access control
     max_registration_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: live instances one agent may have under access control (a worker user cannot
+    #: register without bound); 0: no cap
+    max_instances_per_agent: int = Field(default=256, ge=0)
 
     # --- registry ------------------------------------------------------------------------
     #: must stay < lease_ttl_s / 2 so one lost beat cannot expire a lease

@@ -45,6 +45,16 @@ if ARGV[8] == '1' then
   if v[1] == 'up' and v[2] and tonumber(v[2]) >= now and v[3] and v[3] ~= ARGV[7] then
     return {-1, now, 0}
   end
+  -- and an agent has at most ARGV[10] live instances (0: no cap)
+  local cap = tonumber(ARGV[10])
+  if cap > 0 and v[1] ~= 'up' then
+    local live = 0
+    for _, iid in ipairs(redis.call('SMEMBERS', KEYS[4])) do
+      local w = redis.call('HMGET', ARGV[9] .. iid, 'status', 'lease_expires_ms')
+      if w[1] == 'up' and w[2] and tonumber(w[2]) >= now then live = live + 1 end
+    end
+    if live >= cap then return {-2, now, 0} end
+  end
 end
 local token = next_token(KEYS[1])
 local exp = now + tonumber(ARGV[4])
@@ -191,14 +201,20 @@ class LeaseStore:
         self._sweep = redis.register_script(_SWEEP_LUA)
 
     async def grant(
-        self, registration: Registration, *, session: str = "", guard: bool = False
-    ) -> Grant | None:
+        self,
+        registration: Registration,
+        *,
+        session: str = "",
+        guard: bool = False,
+        max_instances: int = 0,
+    ) -> Grant | Literal["in_use", "too_many"]:
         """Register an instance: a new token (strictly greater than any before), lease up.
 
         The token is floored by Redis' clock (`NEXT_TOKEN_LUA`), so it stays greater than
         every earlier one even after Redis lost its data. `session` names the registering
         session (its reply queue); with `guard`, an instance id that another session holds
-        with a live lease is not taken over: None.
+        with a live lease is not taken over (``in_use``), and a new instance beyond
+        `max_instances` live ones of the agent (0: no cap) is refused (``too_many``).
         """
         k = self.keys
         agent_id, iid = registration.agent_id, registration.instance_id
@@ -220,10 +236,14 @@ class LeaseStore:
                 registration.version,
                 session,
                 "1" if guard else "0",
+                k.instance(""),
+                max_instances,
             ],
         )
-        if int(token) < 0:
-            return None
+        if int(token) == -1:
+            return "in_use"
+        if int(token) == -2:
+            return "too_many"
         return Grant(int(token), int(now), int(exp))
 
     async def renew(self, beats: Sequence[Beat]) -> list[Renewal]:

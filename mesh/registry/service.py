@@ -37,7 +37,7 @@ from mesh.registry import protocol
 from mesh.registry.admission import Admission, Refusal
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
-from mesh.registry.lease import SWEEP_BATCH, Beat, LeaseStore
+from mesh.registry.lease import SWEEP_BATCH, Beat, Grant, LeaseStore
 from mesh.registry.state import load_state
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
@@ -201,22 +201,36 @@ class RegistryService(Lifecycle):
             await self._refuse(message, refusal.code, refusal.message, ids=(agent_id, instance_id))
             return
         grant = await self.store.grant(
-            registration, session=message.reply_to or "", guard=self.admission.enabled
+            registration,
+            session=message.reply_to or "",
+            guard=self.admission.enabled,
+            max_instances=self.settings.max_instances_per_agent,
         )
-        if grant is None:
+        if not isinstance(grant, Grant):
             self.stats["refused"] += 1
+            if grant == "in_use":
+                code, text = (
+                    "instance_in_use",
+                    (
+                        f"instance {instance_id!r} is held by a live session; it is free once "
+                        "that session deregisters or its lease lapses"
+                    ),
+                )
+            else:
+                code, text = (
+                    "too_many_instances",
+                    (
+                        f"agent {agent_id!r} has {self.settings.max_instances_per_agent} live "
+                        "instances already (MESH_MAX_INSTANCES_PER_AGENT)"
+                    ),
+                )
             logger.warning(
-                "registry %s: registration of instance %s refused: held by a live session",
+                "registry %s: registration of instance %s refused: %s",
                 self.registry_id,
                 instance_id,
+                text,
             )
-            await self._refuse(
-                message,
-                "instance_in_use",
-                f"instance {instance_id!r} is held by a live session; it is free once that "
-                "session deregisters or its lease lapses",
-                ids=(agent_id, instance_id),
-            )
+            await self._refuse(message, code, text, ids=(agent_id, instance_id))
             return
         self.stats["registered"] += 1
         await self.publisher.emit(

@@ -15,6 +15,7 @@ import pytest
 from mesh.access.roles import Role
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
+from mesh.errors import RegistryError
 from mesh.registry import protocol
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
@@ -108,7 +109,7 @@ async def test_only_an_agents_own_user_speaks_for_it(
     said = "\n".join(r.getMessage() for r in caplog.records if "refused" in r.getMessage())
     assert f"instance {AGENT_A}-2 refused: broker user" in said
     assert "instance other-1 refused: instance id 'other-1'" in said
-    assert f"instance {AGENT_A}-1 refused: held by a live session" in said
+    assert f"instance {AGENT_A}-1 refused: instance '{AGENT_A}-1' is held by a live session" in said
     assert f"deregistration of instance {AGENT_A}-1 refused: broker user" in said
     state = await load_state(registry.conn.redis, registry.conn.keys)  # a worker reads less
     live = state[AGENT_A].live_instances(now_ms())
@@ -129,3 +130,22 @@ def _user(mesh_access: Provisioned, conn: MeshConnection) -> str:
         if mesh_access.creds(role).amqp_url == conn.settings.amqp_url.get_secret_value():
             return mesh_access.user(role)
     raise AssertionError("not a worker connection")
+
+
+async def test_an_agent_user_cannot_register_without_bound(
+    mesh_access: Provisioned, as_role: Any, add_cleanup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = await as_role(Role("registry"))
+    conn.settings = conn.settings.model_copy(update={"max_instances_per_agent": 1})
+    registry = RegistryService(conn)
+    await registry.start()
+    add_cleanup(registry.close)
+    worker_a = await as_role(Role("worker", AGENT_A))
+    first = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
+    await first.start(lambda: 0)
+    add_cleanup(first.stop)
+    second = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-2"), register_timeout_s=5)
+    with pytest.raises(RegistryError, match="too_many_instances"):
+        await second.start(lambda: 0)
+    await second.stop()
+    assert registry.stats["registered"] == 1 and registry.stats["refused"] == 1
