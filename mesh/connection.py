@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import ssl
 from collections.abc import Sequence
 from typing import Any
@@ -235,6 +236,13 @@ class MeshConnection(Lifecycle):
         self._redis: Redis | None = None
 
     @property
+    def connection_name(self) -> str:
+        """What the management UI shows: ``<namespace>/<role>/<host>:<pid>``, so two meshes
+        and two processes of one role are told apart (a ``mesh-`` prefix is dropped)."""
+        role = self.name.removeprefix("mesh-") or "mesh"
+        return f"{self.settings.namespace}/{role}/{socket.gethostname()}:{os.getpid()}"
+
+    @property
     def amqp(self) -> AbstractRobustConnection:
         if self._amqp is None:
             raise NotStarted("MeshConnection is not connected: call `await mesh.connect(settings)`")
@@ -341,7 +349,7 @@ class MeshConnection(Lifecycle):
             connection = FailoverConnection(
                 urls,
                 start=index,
-                client_properties={"connection_name": self.name},
+                client_properties={"connection_name": self.connection_name},
                 fail_fast=True,
                 # after the first connect, recover quickly: 1 s between attempts
                 reconnect_interval=RECONNECT_INTERVAL_S,

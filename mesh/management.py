@@ -117,6 +117,11 @@ class Management:
         result: list[dict[str, Any]] = self._call("GET", f"/api/exchanges/{self._vhost}")
         return result
 
+    def connections(self) -> list[dict[str, Any]]:
+        """Every client connection of the broker (name, user, client properties)."""
+        found: list[dict[str, Any]] = self._call("GET", "/api/connections")
+        return found
+
     def queues(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", f"/api/queues/{self._vhost}")
         return result
