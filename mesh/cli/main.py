@@ -38,6 +38,7 @@ COMMAND_MODULES = (
     "mesh.cli.calibrate",
     "mesh.cli.feedback",
     "mesh.cli.task",
+    "mesh.cli.events",
     "mesh.cli.dlq",
     "mesh.cli.demo",
 )

@@ -1,0 +1,114 @@
+"""`mesh events`: a live tail of the events exchange (decisions, task states, agents, alerts).
+
+It binds an exclusive, auto-delete queue of its own (``<ns>.observer.events-<id>``) to
+``<ns>.events`` with each ``--filter`` pattern (AMQP topic patterns: ``task.*``,
+``route.decision``, ``#``) and prints one line per event until Ctrl-C, or until
+``--count`` events were printed. ``--json`` prints each event as it travelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from mesh.config import Settings
+from mesh.connection import connect
+from schemas import Event, InvalidEnvelope, decode, encode, new_id
+
+#: what a line shows of an event's data, by event type prefix (the rest: --json)
+_SHOWN = ("code", "error", "route", "from_agent", "reason", "attempt", "delay_ms")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "events",
+        help="follow the events exchange live (route decisions, task states, agents, alerts)",
+        description="Print the mesh's events as they happen. Examples: mesh events; "
+        "mesh events --filter 'route.decision' --filter 'alert.*'; mesh events --json",
+    )
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="topic pattern of event types to show, repeatable (default: '#', everything)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+    p.add_argument(
+        "--count", type=int, default=0, metavar="N", help="stop after N events (0: never)"
+    )
+    p.set_defaults(func=_events)
+
+
+def line(event: Event, user_id: str | None = None) -> str:
+    """One readable line: time, type, task and agent, the telling parts of its data."""
+    parts = [str(event.ts_ms), event.type]
+    for name in ("task_id", "agent_id", "instance_id"):
+        value = getattr(event, name, None)
+        if value:
+            parts.append(f"{name.removesuffix('_id')}={value}")
+    data = event.data or {}
+    route = data.get("route")
+    if isinstance(route, dict):
+        parts.append(f"strategy={route.get('strategy')} score={route.get('score')}")
+    for key in _SHOWN:
+        if key != "route" and data.get(key) is not None:
+            parts.append(f"{key}={data[key]}")
+    if user_id:
+        parts.append(f"by={user_id}")
+    return " ".join(parts)
+
+
+def _events(args: argparse.Namespace, settings: Settings) -> int:
+    patterns: list[str] = args.filter or ["#"]
+
+    async def go() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        printed = 0
+        async with await connect(settings, name="mesh-events") as conn:
+            channel = await conn.channel(confirms=False, prefetch=256)
+            topology = conn.topology
+            queue = await channel.declare_queue(
+                f"{topology.namespace}.observer.events-{new_id()[:8]}",
+                exclusive=True,
+                auto_delete=True,
+            )
+            for pattern in patterns:
+                await queue.bind(topology.events, routing_key=pattern)
+
+            async def on_event(message: AbstractIncomingMessage) -> None:
+                nonlocal printed
+                try:
+                    event = decode(Event, message.body)
+                except InvalidEnvelope:
+                    print(f"(unreadable event on {message.routing_key})", flush=True)
+                    return
+                if args.json:
+                    print(encode(event).decode(), flush=True)
+                else:
+                    print(line(event, message.user_id), flush=True)
+                printed += 1
+                if args.count and printed >= args.count:
+                    stop.set()
+
+            await queue.consume(on_event, no_ack=True)
+            print(
+                f"following {topology.events} ({', '.join(patterns)}); Ctrl-C to stop",
+                file=sys.stderr,
+                flush=True,
+            )
+            await stop.wait()
+            with contextlib.suppress(Exception):
+                await channel.close()
+        return 0
+
+    return asyncio.run(go())
