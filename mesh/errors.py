@@ -65,6 +65,10 @@ class PublishNacked(MeshError, ConnectionError):
     going down): transient, the publish is tried again like any connection error."""
 
 
+class Unhealthy(MeshError):
+    """`mesh health`: what makes the checked role unhealthy, in one sentence."""
+
+
 class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 
@@ -149,6 +153,7 @@ __all__ = [
     "Retry",
     "ServiceUnavailable",
     "StaleFencingToken",
+    "Unhealthy",
     "UnknownTask",
     "UserConflict",
     "VhostMissing",

@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "mesh.cli.feedback",
     "mesh.cli.task",
     "mesh.cli.events",
+    "mesh.cli.health",
     "mesh.cli.dlq",
     "mesh.cli.demo",
 )

@@ -1,0 +1,93 @@
+"""`mesh health ROLE [AGENT]`: one yes-or-no for an orchestrator's probe.
+
+Exit 0 and one line when the role is served, 1 and one sentence saying what is wrong:
+
+- ``router`` / ``registry``: the broker and Redis answer and the role's queue has at least
+  one consumer (the management API counts them);
+- ``worker AGENT [--instance ID]``: the agent's queue(s) have a consumer and the registry
+  holds a live lease for it (that instance, with ``--instance``) whose tasks are not stuck
+  (``stuck`` in its heartbeats: handlers ended long ago, deliveries still unsettled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from mesh.config import Settings
+from mesh.connection import MeshConnection, connect
+from mesh.errors import ConfigError, MeshError, Unhealthy
+from mesh.management import Management
+from mesh.registry.state import load_state
+from schemas import now_ms
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "health",
+        help="exit 0 when a router, registry or worker is connected and consuming, else 1",
+        description="A probe for orchestrators. Examples: mesh health router; "
+        "mesh health worker support.refunds --instance support.refunds-1",
+    )
+    p.add_argument("role", choices=("router", "registry", "worker"), help="what to check")
+    p.add_argument("agent", nargs="?", help="the agent id (worker only)")
+    p.add_argument("--instance", help="one instance of the agent (worker only)")
+    p.set_defaults(func=_health)
+
+
+def _health(args: argparse.Namespace, settings: Settings) -> int:
+    if args.role == "worker" and not args.agent:
+        raise ConfigError("mesh health worker needs the agent id: mesh health worker AGENT")
+
+    async def go() -> str:
+        async with await connect(settings, name="mesh-health") as conn:
+            return await check(conn, args.role, args.agent, args.instance)
+
+    try:
+        print(f"healthy: {asyncio.run(go())}")
+    except Unhealthy as exc:
+        print(f"unhealthy: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def check(conn: MeshConnection, role: str, agent: str | None, instance: str | None) -> str:
+    """A sentence saying the role is served; raises `Unhealthy` saying why not."""
+    topology = conn.topology
+    management = Management(conn.settings)
+    if role in ("router", "registry"):
+        name = topology.router_queue if role == "router" else topology.registry
+        consumers = await _consumers(management, name)
+        if not consumers:
+            raise Unhealthy(f"no {role} consumes {name}")
+        return f"{consumers} consumer(s) on {name}"
+    assert agent is not None
+    queues = [name for name, _ in topology.agent_queues(agent)]
+    counts = [await _consumers(management, name) for name in queues]
+    if not any(counts):
+        raise Unhealthy(f"no worker consumes {', '.join(queues)}")
+    state = await load_state(conn.redis, conn.keys, prune=False)
+    now = now_ms()
+    live = state[agent].live_instances(now) if agent in state else []
+    if instance is not None:
+        live = [i for i in live if i.instance_id == instance]
+    if not live:
+        which = f"instance {instance!r}" if instance else f"agent {agent!r}"
+        raise Unhealthy(f"the registry holds no live lease for {which}")
+    stuck = [i.instance_id for i in live if i.stuck]
+    if stuck and (instance is not None or len(stuck) == len(live)):
+        raise Unhealthy(f"tasks stuck (handler ended, delivery unsettled) on {', '.join(stuck)}")
+    return f"{len(live)} live instance(s) of {agent}, {max(counts)} consumer(s)"
+
+
+async def _consumers(management: Management, queue: str) -> int:
+    try:
+        found = await asyncio.to_thread(management.queue, queue)
+    except MeshError as exc:
+        raise Unhealthy(f"queue {queue} cannot be read ({exc})") from None
+    return int(found.get("consumers", 0) or 0)
+
+
+__all__ = ["check"]

@@ -1,0 +1,78 @@
+"""`mesh health`: 0 while a role is connected and consuming, 1 with a sentence otherwise
+(a stopped consumer fails the probe)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mesh.cli.health import check
+from mesh.connection import MeshConnection
+from mesh.errors import Unhealthy
+from mesh.services import start_registry, start_worker
+from tests.agents_for_tests import effect_agent
+from tests.conftest import wait_until
+from tests.integration.dispatch_kit import declare_idle_agents, start_router
+
+pytestmark = pytest.mark.integration
+
+MESH = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "mesh")
+
+
+async def _healthy(conn: MeshConnection, *args: Any) -> bool:
+    try:
+        await check(conn, *args)
+    except Unhealthy:
+        return False
+    return True
+
+
+async def _wait(conn: MeshConnection, want: bool, *args: Any) -> None:
+    """The management API counts consumers from its stats: poll with a deadline."""
+
+    async def reached() -> bool:
+        return await _healthy(conn, *args) == want
+
+    await wait_until(reached, timeout=20, interval=0.5)
+
+
+async def test_health_follows_the_consumers(
+    conn: MeshConnection, add_cleanup: Any, tmp_path: Path
+) -> None:
+    await declare_idle_agents(conn, "effect")
+    with pytest.raises(Unhealthy, match="no router consumes"):
+        await check(conn, "router", None, None)
+    router = await start_router(conn, add_cleanup)
+    await _wait(conn, True, "router", None, None)
+    env = {**os.environ, "MESH_NAMESPACE": conn.settings.namespace}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [MESH, "health", "router"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("healthy: "), done
+
+    add_cleanup(await start_registry(conn))
+    stop_worker = await start_worker(conn, effect_agent(conn), instance_id="effect-1", grace_s=1)
+    await _wait(conn, True, "worker", "effect", "effect-1")
+    await stop_worker()  # a stopped consumer: unhealthy
+    await _wait(conn, False, "worker", "effect", None)
+    await router.close()
+    await _wait(conn, False, "router", None, None)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [MESH, "health", "router"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "unhealthy: no router consumes" in done.stderr, done
