@@ -42,6 +42,7 @@ _EMPTY_IS_NONE = frozenset(
         "embed_threads",
         "blas_threads",
         "management_ca_file",
+        "log_level",
     }
 )
 #: read from the current directory by `Settings.from_env()`; the environment wins over it
@@ -193,6 +194,12 @@ class Settings(BaseModel):
     #: applied the topology (`mesh topology apply`), components only check it is there
     #: and need no configure permission on shared objects
     topology: Literal["apply", "passive"] = "apply"
+
+    # --- logging ---------------------------------------------------------------------------
+    #: DEBUG, INFO, WARNING, ERROR (None: WARNING, or what -v / -vv ask)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None
+    #: ``text`` lines, or ``json``: one object per line with the task_id and trace_id
+    log_format: Literal["text", "json"] = "text"
 
     # --- access control (README "Security") ------------------------------------------------
     #: on: the registry accepts an agent's registrations, heartbeats and goodbyes only from

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -23,6 +22,7 @@ from mesh.cli._args import ROUTER_HINT, ROUTER_STACK, USAGE, MeshArgumentParser,
 from mesh.cli._broker import describe_channel_error
 from mesh.config import Settings
 from mesh.errors import MeshError
+from mesh.logs import configure
 
 #: sub-command modules, in the order `mesh --help` lists them
 COMMAND_MODULES = (
@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "mesh.cli.topology",
     "mesh.cli.access",
     "mesh.cli.schemas",
+    "mesh.cli.asyncapi",
     "mesh.cli.model",
     "mesh.cli.explain",
     "mesh.cli.calibrate",
@@ -43,10 +44,6 @@ COMMAND_MODULES = (
     "mesh.cli.dlq",
     "mesh.cli.demo",
 )
-
-
-#: loggers that report what the mesh says again in one sentence (shown with -vv)
-NOISY_LOGGERS = ("aiormq.connection", "aio_pika.robust_connection", "aio_pika.connection")
 
 
 def version() -> str:
@@ -99,18 +96,13 @@ def missing_router_stack(exc: ModuleNotFoundError) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    if args.verbose < 2:
-        # the mesh reports connection failures itself, in one sentence
-        for noisy in NOISY_LOGGERS:
-            logging.getLogger(noisy).setLevel(logging.CRITICAL)
+    # the mesh reports connection failures itself, in one sentence (-vv shows the frames)
+    configure(None, "text", args.verbose)
     try:
         settings = Settings.from_env()
     except MeshError as exc:
         return fail(exc)
+    configure(settings.log_level, settings.log_format, args.verbose)
     try:
         code: int = args.func(args, settings)
     except UsageError as exc:
