@@ -212,17 +212,27 @@ class MeshClient(Lifecycle):
                 if not waiters:
                     del self._waiters[envelope.task_id]
 
-    async def feedback(self, task_id: str, good: bool) -> str:
-        """Tell the router whether a routed task went well; returns the agent it went to.
+    async def feedback(self, task_id: str, good: bool) -> str | None:
+        """Tell the router whether a routed task went well; returns the agent it went to,
+        or None under access control (the agent is not known to the caller there).
 
         `good` adds the task's text to that agent's example memory; bad counts against it.
 
+        Without access control the routing record is read and the memory written from
+        this process (it has Redis access). Under access control (a client's Redis user
+        may only PING) the verdict is published to ``<ns>.feedback`` and this returns once
+        the broker confirmed it: a router applies it only if this client's user submitted
+        the task, and an unknown task_id is then only logged and counted by the router.
+
         Raises:
             mesh.UnknownTask: no routing record (not routed semantically,
-                or older than 24 h).
+                or older than 24 h); without access control only.
         """
-        from mesh.router.feedback import give_feedback
+        from mesh.router.feedback import give_feedback, send_feedback
 
+        if self.settings.access_control:
+            await send_feedback(self.publisher, task_id, good, retry_s=self.publish_retry_s)
+            return None
         agent_id, _counted = await give_feedback(self.conn, self.publisher, task_id, good)
         return agent_id
 

@@ -262,6 +262,15 @@ class Topology:
     results_key = "result"
 
     @property
+    def feedback(self) -> str:
+        """Exchange (direct) and queue of callers' feedback on their tasks, clients ->
+        routers: under access control a router (which may write the example memory)
+        applies it, and only from the task's own caller."""
+        return f"{self.namespace}.feedback"
+
+    feedback_key = "feedback"
+
+    @property
     def bids(self) -> str:
         """Topic exchange of bids, workers -> the router that called for them (`bid_key`)."""
         return f"{self.namespace}.bids"
@@ -306,6 +315,7 @@ class Topology:
             ExchangeSpec(self.replies, ExchangeType.TOPIC),
             ExchangeSpec(self.bids, ExchangeType.TOPIC),
             ExchangeSpec(self.results, ExchangeType.DIRECT),
+            ExchangeSpec(self.feedback, ExchangeType.DIRECT),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
             ExchangeSpec(self.retry, ExchangeType.TOPIC),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),
@@ -315,6 +325,7 @@ class Topology:
             QueueSpec(self.router_queue, router_args),
             QueueSpec(self.registry, self._queue_args(priority=False)),
             QueueSpec(self.results, self._queue_args(priority=False)),
+            QueueSpec(self.feedback, self._queue_args(priority=False)),
         ]
         bindings: list[BindingSpec] = [
             BindingSpec(self.ingress, self.router_queue, self.ingress_key),
@@ -325,6 +336,7 @@ class Topology:
             BindingSpec(self.dlx, self.router_queue, "*.agent.#"),
             BindingSpec(self.registry, self.registry, self.registry_key),
             BindingSpec(self.results, self.results, self.results_key),
+            BindingSpec(self.feedback, self.feedback, self.feedback_key),
         ]
         for delay in self.retry_delays_ms:
             name = self.retry_queue(delay)

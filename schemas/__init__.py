@@ -7,6 +7,7 @@ from schemas.bid import Bid, BidRequest
 from schemas.codec import InvalidEnvelope, decode, encode
 from schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
 from schemas.event import Event
+from schemas.feedback import Feedback
 from schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
 from schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
 
@@ -21,6 +22,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "bid_request": BidRequest,
     "bid": Bid,
     "event": Event,
+    "feedback": Feedback,
 }
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "Deregistration",
     "ErrorInfo",
     "Event",
+    "Feedback",
     "FieldProblem",
     "Heartbeat",
     "InvalidEnvelope",

@@ -467,7 +467,14 @@ def grant_for(
                 lit(t.control),
                 *own,
             ]
-            read = [lit(t.router_queue), lit(t.events), lit(f.bids), lit(f.results), *own]
+            read = [
+                lit(t.router_queue),
+                lit(t.events),
+                lit(f.bids),
+                lit(f.results),
+                lit(t.feedback),
+                *own,
+            ]
             topics = [
                 TopicPermission(
                     t.capabilities, anchored([starting(_dispatch_key_prefix(t))]), NOTHING
@@ -531,7 +538,7 @@ def grant_for(
         case "client":
             own = [starting(f.reply_queue_prefix(user))]
             configure = own
-            write = [lit(t.ingress), *own]
+            write = [lit(t.ingress), lit(t.feedback), *own]
             read = [lit(f.replies), *own]
             topics = [
                 TopicPermission(f.replies, NOTHING, anchored([starting(f.reply_key_prefix(user))])),

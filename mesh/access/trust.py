@@ -7,7 +7,8 @@ is entitled to them, however the topic permissions were set:
 - ``task.*`` and ``route.*`` outcomes: from a router, or from the worker user of the very
   agent the event names (a worker of agent B cannot open A's breaker with forged
   ``task.failed`` events, nor teach the routers about A);
-- ``route.feedback``: from a router or a client.
+- ``route.feedback``: from a router (a client's feedback goes to a router over AMQP,
+  which checks the client owns the task and emits the event).
 
 Without access control every event is believed, as before.
 """
@@ -35,7 +36,7 @@ class EventTrust:
         if event.type.startswith("agent."):
             ok = kind == "registry"
         elif event.type == "route.feedback":
-            ok = kind in ("router", "client")
+            ok = kind == "router"  # clients send feedback to a router, which emits this
         else:
             ok = kind == "router" or (
                 kind == "worker" and role is not None and role.name == event.agent_id

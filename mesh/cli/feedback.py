@@ -1,4 +1,9 @@
-"""`mesh feedback TASK_ID good|bad`: teach the router from a routed task's outcome."""
+"""`mesh feedback TASK_ID good|bad`: teach the router from a routed task's outcome.
+
+Without access control the memory is written from here (`give_feedback`); under access
+control (``MESH_ACCESS_CONTROL=true``: no Redis access) the verdict is published to the
+routers (`send_feedback`), which apply it only if this user submitted the task.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,14 @@ import asyncio
 import sys
 from typing import Any
 
+from pydantic import ValidationError
+
 from mesh.cli._broker import require_namespace
 from mesh.config import Settings
 from mesh.connection import connect
-from mesh.errors import UnknownTask
+from mesh.errors import ConfigError, UnknownTask
 from mesh.messaging import Publisher
-from mesh.router.feedback import give_feedback
+from mesh.router.feedback import give_feedback, send_feedback
 
 
 def register(sub: Any) -> None:
@@ -25,17 +32,27 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
+    good = args.verdict == "good"
+
     async def go() -> int:
         async with await connect(settings, name="mesh-feedback") as conn:
             await require_namespace(conn, create=False, can_create=False)
             publisher = Publisher(conn)
             await publisher.start()
             try:
-                agent_id, counted = await give_feedback(
-                    conn, publisher, args.task_id, args.verdict == "good"
-                )
-            except UnknownTask as exc:
+                if settings.access_control:
+                    await send_feedback(publisher, args.task_id, good)
+                    print(
+                        f"feedback {args.verdict} on task {args.task_id} sent to the routers "
+                        "(applied only if this user submitted the task)"
+                    )
+                    return 0
+                agent_id, counted = await give_feedback(conn, publisher, args.task_id, good)
+            except (UnknownTask, ConfigError) as exc:
                 print(f"mesh: {exc}", file=sys.stderr)
+                return 1
+            except ValidationError:
+                print(f"mesh: {args.task_id!r} is not a task_id", file=sys.stderr)
                 return 1
             finally:
                 await publisher.close()

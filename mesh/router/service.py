@@ -28,6 +28,7 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher, waiter, waiter_of
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
+from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import IngressGuard
 from mesh.router.results import ResultForwarder
 from mesh.topology import DeadReason
@@ -183,6 +184,12 @@ class RouterService(Lifecycle):
             if conn.settings.access_control
             else None
         )
+        #: under access control callers send feedback here; this router applies it
+        self.feedback = (
+            FeedbackConsumer(conn, self.publisher, self.store)
+            if conn.settings.access_control
+            else None
+        )
 
     async def start(self) -> None:
         """Declare the topology and consume the router queue; a second call does nothing."""
@@ -198,9 +205,13 @@ class RouterService(Lifecycle):
         self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
         if self.results is not None:
             await self.results.start()
+        if self.feedback is not None:
+            await self.feedback.start()
         logger.info("router consuming %s", self.topology.router_queue)
 
     async def close(self) -> None:
+        if self.feedback is not None:
+            await self.feedback.close()
         if self.results is not None:
             await self.results.close()
         reaper, self._reaper_task = self._reaper_task, None

@@ -53,8 +53,5 @@ def plan_for(scope: AccessScope, agents: list[str], **options: int) -> Plan:
     return build_plan(scope, topology, roles_for(agents, [CLIENT], [OBSERVER]), **options)
 
 
-Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]
-
-
 #: opens a plain AMQP connection as a provisioned user (the `login` fixture)
 Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]

@@ -29,7 +29,8 @@ def test_outcomes_only_from_a_router_or_the_agents_own_worker() -> None:
     assert not trust.believes("mesh:worker.refunds", failed)  # B cannot open A's breaker
     assert not trust.believes("mesh:client.web", failed)
     feedback = Event(type="route.feedback", agent_id="pay", task_id="t1", data={})
-    assert trust.believes("mesh:client.web", feedback)
+    assert trust.believes("mesh:router", feedback)
+    assert not trust.believes("mesh:client.web", feedback)  # it goes through a router
 
 
 def test_without_access_control_everything_counts() -> None:

@@ -1,0 +1,917 @@
+"""The AsyncAPI 3.0 document of the mesh: every channel, who sends and receives what, and
+the wire contracts (`mesh asyncapi` writes it to ``schemas/asyncapi.json``).
+
+Pure: no broker, no I/O. Every exchange and queue name comes from `Topology` (its specs
+and name methods, called with the AsyncAPI parameters such as ``{agentId}`` for the ids
+only known at run time); the message schemas are the JSON Schemas `mesh schemas export`
+writes (`schemas.WIRE_MODELS`), their ``$defs`` hoisted into ``components.schemas`` so the
+document is self-contained.
+
+Channels are of two kinds, as the AMQP binding has them: an exchange with one routing-key
+family (``bindings.amqp.is = routingKey``, the channel's address is the key) and a queue
+(``is = queue``, the address is the queue's name; its arguments and bindings are in the
+``x-arguments`` / ``x-bindings`` extensions of the binding). Publishers send to exchange
+channels; consumers receive from queue channels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+
+from mesh.client import REPLY_QUEUE_EXPIRES_MS
+from mesh.config import Settings
+from mesh.dispatch.states import STATES
+from mesh.registry.events import AGENT_DOWN, AGENT_EVENTS, AGENT_LEASES, AGENT_UP
+from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS
+from mesh.topology import (
+    AGENT_HEADER,
+    CONCURRENCY_HEADER,
+    DEAD_REASONS,
+    DEFERRED_HEADER,
+    DELAY_HEADER,
+    DETAILS_HEADER,
+    INSTANCE_HEADER,
+    INVALID_KEEP_BYTES,
+    LAST_ERROR_HEADER,
+    PRIORITY_BANDS,
+    REASON_HEADER,
+    SHA256_HEADER,
+    SIZE_HEADER,
+    TRUNCATED_HEADER,
+    BindingSpec,
+    ExchangeSpec,
+    QueueSpec,
+    Topology,
+    TopologySpec,
+)
+from schemas import WIRE_MODELS
+
+ASYNCAPI_VERSION = "3.0.0"
+AMQP_BINDING_VERSION = "0.3.0"
+TITLE = "Agent-Reach mesh"
+#: the distribution whose version the document carries (as `mesh --version`)
+DISTRIBUTION = "agent-reach"
+
+# AsyncAPI parameters: the ids a name or key holds that only exist at run time
+AGENT = "{agentId}"
+INSTANCE = "{instanceId}"
+CLIENT = "{clientId}"
+COLLECTOR = "{collectorId}"
+SNAPSHOT = "{snapshotId}"
+ROUTER = "{routerId}"
+DELAY = "{delay}"
+BAND = "{band}"
+REASON = "{reason}"
+EVENT_TYPE = "{eventType}"
+
+PARAMETER_DOCS: dict[str, str] = {
+    "agentId": "a logical agent's id (`[A-Za-z0-9_.:@-]{1,128}`); its instances share its queue",
+    "instanceId": "one worker process of an agent (under access control it starts `<agentId>-`)",
+    "clientId": "the queue id of one MeshClient (random per client)",
+    "collectorId": "the random id of one router's bid collector",
+    "snapshotId": "the random id of one agent snapshot (a router's or `mesh agents`' feed)",
+    "routerId": "the random id of one router's selector",
+    "delay": "a retry delay in milliseconds, one of MESH_RETRY_DELAYS_MS",
+    "band": "a priority band (quorum queues): envelope priority 8-10 high, 4-7 normal, 1-3 low",
+    "reason": "why a message was dead-lettered",
+    "eventType": "the event's `type`",
+}
+
+#: events published besides ``task.<state>`` and the registry's ``agent.*``
+OTHER_EVENTS: tuple[str, ...] = ("route.decision", "route.feedback", LEARNED_EVENT, "alert.loop")
+
+_PARAM = re.compile(r"{([A-Za-z]+)}")
+
+
+def version() -> str:
+    """The installed package's version (what `mesh --version` prints)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # a checkout that is not installed
+        return "0.0.0+unknown"
+
+
+def event_types() -> list[str]:
+    """Every event type (routing key on the events exchange) the mesh publishes."""
+    types = {f"task.{state}" for state in STATES}
+    types |= {AGENT_UP, AGENT_DOWN, AGENT_LEASES, *OTHER_EVENTS}
+    return sorted(types)
+
+
+# --- schemas and messages ----------------------------------------------------------------
+def _rewrite_refs(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {k: _rewrite_refs(v) for k, v in node.items()}
+        ref = out.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = "#/components/schemas/" + ref[len("#/$defs/") :]
+        return out
+    if isinstance(node, list):
+        return [_rewrite_refs(v) for v in node]
+    return node
+
+
+def _add_schema(schemas: dict[str, Any], name: str, schema: Mapping[str, Any]) -> None:
+    if name in schemas and schemas[name] != schema:
+        raise ValueError(f"two different JSON Schemas are named {name!r}")
+    schemas[name] = dict(schema)
+
+
+def component_schemas() -> dict[str, Any]:
+    """The wire models' JSON Schemas (as `mesh schemas export` renders them), keyed by
+    model name, with every ``$defs`` entry hoisted beside them and refs pointing there."""
+    schemas: dict[str, Any] = {}
+    for model in WIRE_MODELS.values():
+        schema = dict(model.model_json_schema(mode="validation"))
+        defs = schema.pop("$defs", {})
+        # an embedded schema keeps no `$id`/`$schema`: an `$id` would re-base its refs
+        schema.pop("$id", None)
+        schema.pop("$schema", None)
+        for name, sub in defs.items():
+            _add_schema(schemas, name, _rewrite_refs(sub))
+        _add_schema(schemas, model.__name__, _rewrite_refs(schema))
+    # bodies without a wire model (mesh/registry/protocol.py, the dead letters)
+    _add_schema(
+        schemas,
+        "RegistrationError",
+        {
+            "type": "object",
+            "title": "RegistrationError",
+            "description": "The registry's refusal of a registration (`register.error`).",
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {},
+            },
+            "required": ["code", "message"],
+        },
+    )
+    _add_schema(
+        schemas,
+        "LeaseLost",
+        {
+            "type": "object",
+            "title": "LeaseLost",
+            "description": "The registry's notice that an instance's lease is gone: it "
+            "re-registers for a new token (`lease.lost`).",
+            "properties": {
+                "instance_id": {"type": "string"},
+                "token": {"type": "integer", "minimum": 1},
+            },
+            "required": ["instance_id", "token"],
+        },
+    )
+    _add_schema(
+        schemas,
+        "AgentCard",
+        {
+            "type": "object",
+            "title": "AgentCard",
+            "description": "An A2A Agent Card, as published by the agent (`register.a2a`).",
+        },
+    )
+    _add_schema(
+        schemas,
+        "DeadLetterBody",
+        {
+            "title": "DeadLetterBody",
+            "description": "The body exactly as it was received (an invalid one: its first "
+            f"{INVALID_KEEP_BYTES} bytes); usually a TaskEnvelope.",
+        },
+    )
+    return schemas
+
+
+def _headers(properties: Mapping[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": dict(properties)}
+    if required:
+        schema["required"] = sorted(required)
+    return schema
+
+
+def component_messages() -> dict[str, Any]:
+    """One AsyncAPI message per kind of body on the wire, its payload a schema `$ref`."""
+
+    def message(
+        schema: str,
+        summary: str,
+        message_type: str | None = None,
+        headers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "contentType": "application/json",
+            "payload": {"$ref": f"#/components/schemas/{schema}"},
+            "summary": summary,
+            "title": schema,
+        }
+        amqp: dict[str, Any] = {"bindingVersion": AMQP_BINDING_VERSION}
+        if message_type is not None:
+            amqp["messageType"] = message_type
+        out["bindings"] = {"amqp": amqp}
+        if headers is not None:
+            out["headers"] = headers
+        return out
+
+    retry_headers = _headers(
+        {
+            DELAY_HEADER: {"type": "string", "description": "the delay it waited, in ms"},
+            LAST_ERROR_HEADER: {
+                "type": "string",
+                "maxLength": 1000,
+                "description": "the error of the attempt before",
+            },
+            DEFERRED_HEADER: {
+                "description": "set on a copy a worker deferred or handed back: it may have "
+                "run before"
+            },
+        }
+    )
+    dead_headers = _headers(
+        {
+            REASON_HEADER: {"type": "string", "enum": list(DEAD_REASONS)},
+            DETAILS_HEADER: {"type": "string", "description": "JSON: why (bad fields, error)"},
+            SIZE_HEADER: {"type": "integer", "description": "invalid: the full body's size"},
+            SHA256_HEADER: {"type": "string", "description": "invalid: the full body's SHA-256"},
+            TRUNCATED_HEADER: {"type": "boolean", "description": "invalid: only a prefix kept"},
+        },
+        required=[REASON_HEADER],
+    )
+    card_headers = _headers(
+        {
+            INSTANCE_HEADER: {"type": "string"},
+            AGENT_HEADER: {"type": "string"},
+            CONCURRENCY_HEADER: {"type": "integer", "minimum": 1},
+        },
+        required=[INSTANCE_HEADER],
+    )
+    messages = {
+        "task": message("TaskEnvelope", "A task: submitted, dispatched or replayed"),
+        "retriedTask": message(
+            "TaskEnvelope", "A task sent back for another attempt", headers=retry_headers
+        ),
+        "result": message("Result", "The outcome of a task, to its caller"),
+        "resultNotice": message(
+            "Result", "A worker's outcome of a task, to the routers (access control)"
+        ),
+        "registration": message("Registration", "An instance asking to join", "register"),
+        "agentCard": message(
+            "AgentCard", "An instance joining with an A2A card", "register.a2a", card_headers
+        ),
+        "heartbeat": message("Heartbeat", "A lease renewal with the load", "heartbeat"),
+        "deregistration": message("Deregistration", "A graceful goodbye", "deregister"),
+        "registrationAck": message(
+            "RegistrationAck", "The fencing token and lease terms", "register.ack"
+        ),
+        "registrationError": message(
+            "RegistrationError", "A registration refused", "register.error"
+        ),
+        "leaseLost": message("LeaseLost", "An instance's lease is gone", "lease.lost"),
+        "bidRequest": message("BidRequest", "A call for bids", "bid_request"),
+        "bid": message("Bid", "An instance's confidence for a task"),
+        "event": message("Event", "Something that happened; the routing key is its type"),
+        "feedback": message("Feedback", "A caller's verdict on one of its routed tasks"),
+        "deadLetter": message(
+            "DeadLetterBody", "A message the mesh gave up on", headers=dead_headers
+        ),
+    }
+    return messages
+
+
+# --- channels ----------------------------------------------------------------------------
+def _parameters(address: str, enums: Mapping[str, list[str]]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for name in _PARAM.findall(address):
+        param: dict[str, Any] = {"description": PARAMETER_DOCS[name]}
+        if name in enums:
+            param["enum"] = enums[name]
+        params[name] = param
+    return params
+
+
+def _refs(messages: Iterable[str]) -> dict[str, Any]:
+    return {m: {"$ref": f"#/components/messages/{m}"} for m in messages}
+
+
+def _optional(**fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields that are not empty."""
+    return {k: v for k, v in fields.items() if v}
+
+
+class _Builder:
+    def __init__(self, topology: Topology) -> None:
+        self.t = topology
+        self.channels: dict[str, Any] = {}
+        self.enums: dict[str, list[str]] = {
+            "delay": [str(d) for d in topology.retry_delays_ms],
+            "band": [band for band, _ in PRIORITY_BANDS],
+            "reason": list(DEAD_REASONS),
+            "eventType": event_types(),
+        }
+        static = topology.static_spec()
+        self.exchanges = {ex.name: ex for ex in static.exchanges}
+
+    def exchange(
+        self, cid: str, exchange: str, key: str, description: str, messages: Iterable[str]
+    ) -> str:
+        ex: ExchangeSpec = self.exchanges[exchange]
+        self.channels[cid] = {
+            "address": key,
+            "title": f"{exchange} → {key}",
+            "description": description,
+            **_optional(messages=_refs(messages), parameters=_parameters(key, self.enums)),
+            "bindings": {
+                "amqp": {
+                    "bindingVersion": AMQP_BINDING_VERSION,
+                    "is": "routingKey",
+                    "exchange": {
+                        "name": ex.name,
+                        "type": ex.type.value,
+                        "durable": True,
+                        "autoDelete": False,
+                        "vhost": "/",
+                    },
+                }
+            },
+        }
+        return cid
+
+    def queue(
+        self,
+        cid: str,
+        queue: QueueSpec,
+        bindings: Iterable[BindingSpec],
+        description: str,
+        messages: Iterable[str],
+    ) -> str:
+        self.channels[cid] = {
+            "address": queue.name,
+            "title": queue.name,
+            "description": description,
+            **_optional(messages=_refs(messages), parameters=_parameters(queue.name, self.enums)),
+            "bindings": {
+                "amqp": {
+                    "bindingVersion": AMQP_BINDING_VERSION,
+                    "is": "queue",
+                    "queue": {
+                        "name": queue.name,
+                        "durable": queue.durable,
+                        "exclusive": queue.exclusive,
+                        "autoDelete": queue.auto_delete,
+                        "vhost": "/",
+                    },
+                    "x-arguments": dict(queue.arguments),
+                    "x-bindings": [
+                        {"exchange": b.exchange, "routingKey": b.routing_key}
+                        for b in bindings
+                        if b.queue == queue.name
+                    ],
+                }
+            },
+        }
+        return cid
+
+
+def _short(topology: Topology, name: str) -> str:
+    """A channel id for a queue: its name without the namespace, parameters dropped."""
+    short = name[len(topology.namespace) + 1 :]
+    return "queue." + ".".join(p for p in short.split(".") if not _PARAM.fullmatch(p))
+
+
+def channels(topology: Topology) -> dict[str, Any]:
+    """Every exchange (one channel per routing-key family) and queue of the namespace."""
+    t = topology
+    b = _Builder(t)
+    dispatch_key = t.agent_routing_key(AGENT)
+    if t.queue_type == "quorum":  # one key per band: agent.<id>.<band>
+        dispatch_key = dispatch_key.rsplit(".", 1)[0] + "." + BAND
+    # `Topology.retry_key`: <delay>.<dispatch key>; `dead_key`: dead.<reason>
+    retry_key = f"{DELAY}.{dispatch_key}"
+    dead_key = t.dead_key(DEAD_REASONS[0]).rsplit(".", 1)[0] + "." + REASON
+    session_key = t.session_key(AGENT, INSTANCE)
+    reply_queue = t.reply_queue(CLIENT)
+    reply_key = t.reply_key(reply_queue) or ""
+
+    # exchanges
+    b.exchange(
+        "exchange.ingress",
+        t.ingress,
+        t.ingress_key,
+        "Tasks from callers (any AMQP client: set reply_to and correlation_id for the Result).",
+        ["task"],
+    )
+    b.exchange(
+        "exchange.capabilities",
+        t.capabilities,
+        dispatch_key,
+        "Dispatches of a router to one agent's queue (priority, expiration = accept timeout).",
+        ["task"],
+    )
+    b.exchange(
+        "exchange.capabilities.retried",
+        t.capabilities,
+        retry_key,
+        "Retried tasks, dead-lettered here by their delay queue once it expired (the "
+        "broker publishes them); agent queues bind `*.<dispatch key>`.",
+        ["retriedTask"],
+    )
+    b.exchange(
+        "exchange.control.agent",
+        t.control,
+        t.control_agent_key(AGENT),
+        "Calls for bids to every instance of an agent.",
+        ["bidRequest"],
+    )
+    b.exchange(
+        "exchange.control.instance",
+        t.control,
+        t.instance_key(INSTANCE),
+        "Control messages to one instance: every instance queue binds it, nothing publishes "
+        "on it yet (calls for bids go to the agent key).",
+        [],
+    )
+    b.exchange(
+        "exchange.registry",
+        t.registry,
+        t.registry_key,
+        "Registrations, heartbeats and goodbyes (AMQP `type`: register, register.a2a, "
+        "heartbeat, deregister).",
+        ["registration", "agentCard", "heartbeat", "deregistration"],
+    )
+    b.exchange(
+        "exchange.sessions",
+        t.sessions,
+        session_key,
+        "The registry's answers to one instance.",
+        ["registrationAck", "registrationError", "leaseLost"],
+    )
+    b.exchange(
+        "exchange.replies",
+        t.replies,
+        reply_key,
+        "Results to a mesh client's reply queue (with the caller's correlation_id).",
+        ["result"],
+    )
+    b.exchange(
+        "exchange.results",
+        t.results,
+        t.results_key,
+        "Workers' result notices to the routers (access control: a router answers).",
+        ["resultNotice"],
+    )
+    b.exchange(
+        "exchange.feedback",
+        t.feedback,
+        t.feedback_key,
+        "Callers' feedback on their tasks, to the routers.",
+        ["feedback"],
+    )
+    b.exchange(
+        "exchange.bids",
+        t.bids,
+        t.bid_key(COLLECTOR),
+        "Bids to the router's collector that called for them.",
+        ["bid"],
+    )
+    b.exchange(
+        "exchange.events",
+        t.events,
+        EVENT_TYPE,
+        "Lifecycle events (transient); task.submitted/routing/dispatched/accepted/"
+        "processing only with MESH_PROGRESS_EVENTS.",
+        ["event"],
+    )
+    b.exchange(
+        "exchange.retries",
+        t.retry,
+        retry_key,
+        "Tasks a worker retries: held in the delay queue, then back to the agent.",
+        ["retriedTask"],
+    )
+    b.exchange(
+        "exchange.dlx.dead",
+        t.dlx,
+        dead_key,
+        "Dead letters, to the dead-letter queue of their reason.",
+        ["deadLetter"],
+    )
+    b.exchange(
+        "exchange.dlx.dispatch",
+        t.dlx,
+        dispatch_key,
+        "Dispatches that expired or were rejected in an agent queue, dead-lettered by the "
+        "broker with their key: back to a router, which reroutes them.",
+        ["task"],
+    )
+    b.exchange(
+        "exchange.dlx.retried",
+        t.dlx,
+        retry_key,
+        "Retried copies that expired or were rejected in an agent queue (their key still "
+        "has the delay first): back to a router, as `exchange.dlx.dispatch`.",
+        ["retriedTask"],
+    )
+
+    # queues of the namespace
+    static = t.static_spec()
+    queue_docs: dict[str, tuple[str, list[str]]] = {
+        t.router_queue: (
+            "Tasks for the routers (competing consumers), and dispatches coming back.",
+            ["task", "retriedTask"],
+        ),
+        t.registry: (
+            "Registry messages, for the registries.",
+            [
+                "registration",
+                "agentCard",
+                "heartbeat",
+                "deregistration",
+            ],
+        ),
+        t.results: ("Result notices, for the routers.", ["resultNotice"]),
+        t.feedback: ("Feedback, for the routers.", ["feedback"]),
+    }
+    for delay in t.retry_delays_ms:
+        queue_docs[t.retry_queue(delay)] = (
+            f"Retried tasks wait {delay} ms (TTL), then go back to the capabilities exchange.",
+            ["retriedTask"],
+        )
+    for reason in DEAD_REASONS:
+        queue_docs[t.dead_queue(reason)] = (
+            f"Dead letters of reason {reason!r} (`mesh dlq list|replay {reason}`).",
+            ["deadLetter"],
+        )
+    for q in static.queues:
+        doc, msgs = queue_docs[q.name]
+        b.queue(_short(t, q.name), q, static.bindings, doc, msgs)
+
+    # queues of each agent and instance
+    agent = t.agent_spec(AGENT)
+    for q in agent.queues:
+        b.queue(
+            _short(t, q.name),
+            q,
+            agent.bindings,
+            "An agent's tasks, for its instances.",
+            [
+                "task",
+                "retriedTask",
+            ],
+        )
+    instance = t.instance_spec(AGENT, INSTANCE)
+    for q in instance.queues:
+        b.queue(
+            _short(t, q.name),
+            q,
+            instance.bindings,
+            "One instance's control queue (only for agents with a bidder).",
+            ["bidRequest"],
+        )
+
+    # queues the components declare for themselves (not in the specs)
+    for spec, doc, msgs in _runtime_queues(t):
+        for q in spec.queues:
+            b.queue(_short(t, q.name), q, spec.bindings, doc, msgs)
+    return b.channels
+
+
+def _runtime_queues(t: Topology) -> list[tuple[TopologySpec, str, list[str]]]:
+    """The queues components declare themselves, as `mesh/client.py`, `registry/session.py`,
+    `router/bids.py`, `registry/snapshot.py` and `router/keeper.py` do."""
+    reply_args: dict[str, Any] = {"x-expires": REPLY_QUEUE_EXPIRES_MS}
+    if t.queue_type == "quorum":
+        reply_args["x-queue-type"] = "quorum"
+    reply = t.reply_queue(CLIENT)
+    session = t.session_queue(INSTANCE)
+    bids = t.bid_queue(COLLECTOR)
+    snapshot = t.snapshot_queue(SNAPSHOT)
+    selector = t.selector_queue(ROUTER)
+
+    def temp(name: str) -> QueueSpec:
+        return QueueSpec(name, durable=False, exclusive=True, auto_delete=True)
+
+    return [
+        (
+            TopologySpec(
+                queues=(QueueSpec(reply, reply_args),),
+                bindings=(BindingSpec(t.replies, reply, t.reply_key(reply) or ""),),
+            ),
+            "One mesh client's Results (durable, expires once abandoned).",
+            ["result"],
+        ),
+        (
+            TopologySpec(
+                queues=(temp(session),),
+                bindings=(BindingSpec(t.sessions, session, t.session_key(AGENT, INSTANCE)),),
+            ),
+            "One instance's registry session: acks, refusals, lease-lost notices.",
+            ["registrationAck", "registrationError", "leaseLost"],
+        ),
+        (
+            TopologySpec(
+                queues=(temp(bids),),
+                bindings=(BindingSpec(t.bids, bids, t.bid_key(COLLECTOR)),),
+            ),
+            "One router's bids.",
+            ["bid"],
+        ),
+        (
+            TopologySpec(
+                queues=(temp(snapshot),),
+                bindings=(BindingSpec(t.events, snapshot, AGENT_EVENTS),),
+            ),
+            "One agent snapshot's feed of agent.* events.",
+            ["event"],
+        ),
+        (
+            TopologySpec(
+                queues=(temp(selector),),
+                bindings=tuple(BindingSpec(t.events, selector, e) for e in LEARNING_EVENTS),
+            ),
+            "One router's outcome and learning events.",
+            ["event"],
+        ),
+    ]
+
+
+# --- operations --------------------------------------------------------------------------
+def _operation(
+    action: str,
+    channel: str,
+    messages: Iterable[str],
+    summary: str,
+    *,
+    tag: str,
+    ack: bool | None = None,
+    reply: tuple[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "action": action,
+        "channel": {"$ref": f"#/channels/{channel}"},
+        "messages": [{"$ref": f"#/channels/{channel}/messages/{m}"} for m in messages],
+        "summary": summary,
+        "tags": [{"name": tag}],
+    }
+    if ack is not None:
+        op["bindings"] = {"amqp": {"bindingVersion": AMQP_BINDING_VERSION, "ack": ack}}
+    if reply is not None:
+        rchannel, rmessages = reply
+        op["reply"] = {
+            "channel": {"$ref": f"#/channels/{rchannel}"},
+            "messages": [{"$ref": f"#/channels/{rchannel}/messages/{m}"} for m in rmessages],
+        }
+    return op
+
+
+def operations(topology: Topology, channel_ids: Mapping[str, Any]) -> dict[str, Any]:
+    """Who sends and receives what, per role (client, router, worker, registry, operator)."""
+    agent_queues = [_short(topology, q.name) for q in topology.agent_spec(AGENT).queues]
+    registry_in = ["registration", "agentCard", "heartbeat", "deregistration"]
+    session_in = ["registrationAck", "registrationError", "leaseLost"]
+    ops: dict[str, Any] = {
+        # client
+        "client.sendTask": _operation(
+            "send",
+            "exchange.ingress",
+            ["task"],
+            "Submit a task",
+            tag="client",
+            reply=("queue.reply", ["result"]),
+        ),
+        "client.receiveResult": _operation(
+            "receive", "queue.reply", ["result"], "Results of its tasks", tag="client", ack=True
+        ),
+        "client.sendFeedback": _operation(
+            "send", "exchange.feedback", ["feedback"], "Feedback on a task", tag="client"
+        ),
+        # router
+        "router.receiveTask": _operation(
+            "receive",
+            "queue.router",
+            ["task", "retriedTask"],
+            "Tasks to route, and dispatches back from agent queues",
+            tag="router",
+            ack=True,
+        ),
+        "router.sendDispatch": _operation(
+            "send",
+            "exchange.capabilities",
+            ["task"],
+            "Dispatch to the chosen agent",
+            tag="router",
+        ),
+        "router.sendBidRequest": _operation(
+            "send", "exchange.control.agent", ["bidRequest"], "Call for bids", tag="router"
+        ),
+        "router.receiveBid": _operation(
+            "receive", "queue.bids", ["bid"], "Bids", tag="router", ack=False
+        ),
+        "router.receiveResultNotice": _operation(
+            "receive",
+            "queue.results",
+            ["resultNotice"],
+            "Workers' result notices",
+            tag="router",
+            ack=True,
+        ),
+        "router.sendResult": _operation(
+            "send",
+            "exchange.replies",
+            ["result"],
+            "Results to callers (errors, and stored Results under access control)",
+            tag="router",
+        ),
+        "router.receiveFeedback": _operation(
+            "receive",
+            "queue.feedback",
+            ["feedback"],
+            "Callers' feedback",
+            tag="router",
+            ack=True,
+        ),
+        "router.receiveEvents": _operation(
+            "receive",
+            "queue.selector",
+            ["event"],
+            "Outcomes to learn from",
+            tag="router",
+            ack=False,
+        ),
+        "router.receiveAgentEvents": _operation(
+            "receive",
+            "queue.snapshot",
+            ["event"],
+            "agent.* events of the snapshot",
+            tag="router",
+            ack=False,
+        ),
+        "router.sendEvent": _operation(
+            "send", "exchange.events", ["event"], "task.*, route.* events", tag="router"
+        ),
+        "router.sendDeadLetter": _operation(
+            "send",
+            "exchange.dlx.dead",
+            ["deadLetter"],
+            "Invalid, unroutable, expired tasks",
+            tag="router",
+        ),
+        # worker
+        "worker.sendRegistry": _operation(
+            "send",
+            "exchange.registry",
+            registry_in,
+            "Register, heartbeat, deregister",
+            tag="worker",
+            reply=("queue.session", ["registrationAck", "registrationError"]),
+        ),
+        "worker.receiveSession": _operation(
+            "receive",
+            "queue.session",
+            session_in,
+            "The registry's answers",
+            tag="worker",
+            ack=False,
+        ),
+        "worker.receiveBidRequest": _operation(
+            "receive",
+            "queue.instance",
+            ["bidRequest"],
+            "Calls for bids",
+            tag="worker",
+            ack=False,
+        ),
+        "worker.sendBid": _operation("send", "exchange.bids", ["bid"], "A bid", tag="worker"),
+        "worker.sendResultNotice": _operation(
+            "send",
+            "exchange.results",
+            ["resultNotice"],
+            "Outcome notice (access control)",
+            tag="worker",
+        ),
+        "worker.sendResult": _operation(
+            "send",
+            "exchange.replies",
+            ["result"],
+            "Results to callers (no access control)",
+            tag="worker",
+        ),
+        "worker.sendRetry": _operation(
+            "send", "exchange.retries", ["retriedTask"], "Retry a task later", tag="worker"
+        ),
+        "worker.sendEvent": _operation(
+            "send", "exchange.events", ["event"], "task.* outcomes, alert.loop", tag="worker"
+        ),
+        "worker.sendDeadLetter": _operation(
+            "send",
+            "exchange.dlx.dead",
+            ["deadLetter"],
+            "Invalid deliveries, tasks out of retries or hops",
+            tag="worker",
+        ),
+        "worker.sendHandoff": _operation(
+            "send", "exchange.ingress", ["task"], "A child task (`ctx.handoff`)", tag="worker"
+        ),
+        # registry
+        "registry.receive": _operation(
+            "receive",
+            "queue.registry",
+            registry_in,
+            "Registry messages",
+            tag="registry",
+            ack=False,
+        ),
+        "registry.sendSession": _operation(
+            "send", "exchange.sessions", session_in, "Answers to an instance", tag="registry"
+        ),
+        "registry.sendEvent": _operation(
+            "send", "exchange.events", ["event"], "agent.up/down/leases", tag="registry"
+        ),
+        "registry.sendDeadLetter": _operation(
+            "send",
+            "exchange.dlx.dead",
+            ["deadLetter"],
+            "Invalid registry messages",
+            tag="registry",
+        ),
+        # operator (mesh dlq)
+        "operator.sendReplay": _operation(
+            "send", "exchange.ingress", ["task"], "`mesh dlq replay`: resubmit", tag="operator"
+        ),
+        "operator.sendInvalid": _operation(
+            "send",
+            "exchange.dlx.dead",
+            ["deadLetter"],
+            "`mesh dlq replay`: what is not an envelope goes to dead.invalid",
+            tag="operator",
+        ),
+    }
+    for cid in agent_queues:
+        suffix = cid[len("queue.agent") :].replace(".", "")
+        ops[f"worker.receiveTask{suffix.capitalize()}"] = _operation(
+            "receive", cid, ["task", "retriedTask"], "Tasks of its agent", tag="worker", ack=True
+        )
+    for reason in DEAD_REASONS:
+        cid = _short(topology, topology.dead_queue(reason))
+        ops[f"operator.receiveDead{reason.capitalize()}"] = _operation(
+            "receive", cid, ["deadLetter"], f"`mesh dlq list|replay {reason}`", tag="operator"
+        )
+    missing = {op["channel"]["$ref"].rsplit("/", 1)[1] for op in ops.values()} - set(channel_ids)
+    if missing:  # pragma: no cover - a wiring mistake in this module
+        raise ValueError(f"operations on unknown channels: {sorted(missing)}")
+    return ops
+
+
+# --- the document ------------------------------------------------------------------------
+def _topology(source: Settings | Topology) -> Topology:
+    return source if isinstance(source, Topology) else Topology.from_settings(source)
+
+
+def server() -> dict[str, Any]:
+    """The default broker (`Settings.amqp_url`'s default), without its credentials."""
+    url = urlsplit(Settings.model_fields["amqp_url"].default.get_secret_value())
+    host = url.hostname or "127.0.0.1"
+    return {
+        "host": f"{host}:{url.port or 5672}",
+        "pathname": url.path or "/",
+        "protocol": url.scheme,
+        "protocolVersion": "0.9.1",
+        "description": "RabbitMQ (MESH_AMQP_URL; its default shown, credentials left out).",
+    }
+
+
+def document(source: Settings | Topology) -> dict[str, Any]:
+    """The AsyncAPI 3.0.0 document of `source`'s namespace."""
+    topology = _topology(source)
+    chans = channels(topology)
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": {
+            "title": TITLE,
+            "version": version(),
+            "description": f"The AMQP topology of namespace {topology.namespace!r} "
+            f"({topology.queue_type} queues) and its wire contracts. Generated by "
+            "`mesh asyncapi` from mesh/topology.py and schemas/; do not edit.",
+            "license": {"name": "Apache-2.0"},
+        },
+        "defaultContentType": "application/json",
+        "servers": {"amqp": server()},
+        "channels": chans,
+        "operations": operations(topology, chans),
+        "components": {
+            "schemas": component_schemas(),
+            "messages": component_messages(),
+        },
+    }
+
+
+def render(source: Settings | Topology) -> bytes:
+    """`document` as the committed file holds it: indented JSON, keys sorted."""
+    return orjson.dumps(document(source), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+__all__ = ["document", "event_types", "render"]
