@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mesh.cli._export import DEFAULT_NAMESPACE, write_or_check
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.topology import Topology
@@ -17,8 +18,6 @@ from schemas.codec import dumps
 DEFAULT_PATH = Path("infra/definitions.json")
 #: an agent id, as `schemas` accepts it
 AGENT_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
-#: the namespace of the committed definitions file
-DEFAULT_NAMESPACE: str = Settings.model_fields["namespace"].default
 
 
 def register(sub: Any) -> None:
@@ -65,29 +64,14 @@ def render(settings: Settings) -> bytes:
 
 
 def _export(args: argparse.Namespace, settings: Settings) -> int:
-    out: Path = args.out or DEFAULT_PATH
-    if args.out is None and settings.namespace != DEFAULT_NAMESPACE:
-        # the committed file is the default namespace's: another namespace must not
-        # replace it (nor make --check tell the user to)
-        print(
-            f"mesh: {DEFAULT_PATH} holds namespace {DEFAULT_NAMESPACE!r}, not "
-            f"MESH_NAMESPACE={settings.namespace!r}: using {DEFAULT_NAMESPACE!r} "
-            "(pass --out to export another namespace)",
-            file=sys.stderr,
-        )
-        settings = settings.model_copy(update={"namespace": DEFAULT_NAMESPACE})
-    data = render(settings)
-    if args.check:
-        current = out.read_bytes() if out.exists() else b""
-        if current != data:
-            again = "" if args.out is None else f" --out {out}"
-            print(f"{out} is out of date: run `mesh topology export{again}`", file=sys.stderr)
-            return 1
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-    print(f"wrote {out}")
-    return 0
+    return write_or_check(
+        args,
+        settings,
+        render,
+        default_path=DEFAULT_PATH,
+        shown=str(DEFAULT_PATH),
+        command="mesh topology export",
+    )
 
 
 def _declare(args: argparse.Namespace, settings: Settings) -> int:

@@ -18,26 +18,26 @@ from __future__ import annotations
 
 import logging
 
-import aiormq.exceptions
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
 from mesh.errors import UnknownTask
-from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from mesh.retrying import TRANSIENT_ERRORS, quietly
+from mesh.router.consumer import QueueConsumer
 from mesh.router.feedback import give_feedback
 from schemas import Feedback, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
 
 
-class FeedbackConsumer(Lifecycle):
+class FeedbackConsumer(QueueConsumer):
     """Consumes ``<ns>.feedback``; applies each task owner's feedback."""
 
+    what = "feedback"
+
     def __init__(self, conn: MeshConnection, publisher: Publisher, store: TaskStore) -> None:
-        self.conn = conn
+        super().__init__(conn)
         self.publisher = publisher
         self.store = store
         #: feedback applied (counted or not: a second verdict of the same kind counts once)
@@ -46,55 +46,13 @@ class FeedbackConsumer(Lifecycle):
         self.refused = 0
         #: feedback of the owner on a task that has no routing record
         self.unknown = 0
-        #: why feedback is off on this router (its user may not read the queue), else None
-        self.disabled: str | None = None
-        self._queue: AbstractQueue | None = None
-        self._tag: str | None = None
 
-    async def start(self) -> None:
-        """Consume the feedback queue. A router user provisioned without read on it (users
-        provisioned before the queue existed) keeps routing: feedback is then off, which
-        is logged as an error naming the fix."""
-        if self._queue is not None:
-            return
-        name = self.conn.topology.feedback
-        channel = await self.conn.channel(confirms=False, prefetch=self.conn.settings.prefetch)
-        try:
-            queue = await channel.get_queue(name, ensure=True)
-            self._tag = await queue.consume(self._on_feedback)
-        except aiormq.exceptions.ChannelAccessRefused as exc:
-            self.disabled = str(exc)
-            logger.error(
-                "feedback is off: this router's user may not consume %r (%s); grant it "
-                "(re-run `mesh access provision`) and restart the router",
-                name,
-                exc,
-            )
-            if not channel.is_closed:
-                await quietly(channel.close())
-            return
-        self._queue = queue
+    @property
+    def queue_name(self) -> str:
+        return self.conn.topology.feedback
 
-    async def close(self) -> None:
-        queue, self._queue = self._queue, None
-        if queue is not None and self._tag is not None:
-            await quietly(queue.cancel(self._tag))
-            if not queue.channel.is_closed:
-                await queue.channel.close()
-
-    async def _on_feedback(self, message: AbstractIncomingMessage) -> None:
-        try:
-            await self.apply(message)
-        except TRANSIENT_ERRORS:
-            logger.warning("feedback not applied (outage); requeued", exc_info=True)
-            await quietly(message.nack(requeue=True))
-            return
-        except Exception:
-            # a bug must not hold the message (and a prefetch slot) forever
-            logger.exception("feedback from user %r failed; dropped", message.user_id)
-            await quietly(message.nack(requeue=False))
-            return
-        await quietly(message.ack())
+    async def handle(self, message: AbstractIncomingMessage) -> None:
+        await self.apply(message)
 
     async def apply(self, message: AbstractIncomingMessage) -> None:
         """Apply one feedback message if its sender owns the task (else count and log)."""

@@ -13,55 +13,39 @@ from __future__ import annotations
 
 import logging
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.roles import AccessScope
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
-from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
+from mesh.retrying import with_retries
+from mesh.router.consumer import QueueConsumer
 from schemas import InvalidEnvelope, Result, decode
 
 logger = logging.getLogger(__name__)
 
 
-class ResultForwarder(Lifecycle):
+class ResultForwarder(QueueConsumer):
     """Consumes ``<ns>.results``; forwards each finished task's stored Result."""
 
+    what = "result notices"
+
     def __init__(self, conn: MeshConnection, publisher: Publisher, store: TaskStore) -> None:
-        self.conn = conn
+        super().__init__(conn)
         self.publisher = publisher
         self.store = store
         self.scope = AccessScope.from_settings(conn.settings)
         self.forwarded = 0
         #: notices not believed: another user's, or of a task with no stored Result
         self.refused = 0
-        self._queue: AbstractQueue | None = None
-        self._tag: str | None = None
 
-    async def start(self) -> None:
-        if self._queue is not None:
-            return
-        channel = await self.conn.channel(confirms=False, prefetch=self.conn.settings.prefetch)
-        self._queue = await channel.get_queue(self.conn.topology.results, ensure=True)
-        self._tag = await self._queue.consume(self._on_notice)
+    @property
+    def queue_name(self) -> str:
+        return self.conn.topology.results
 
-    async def close(self) -> None:
-        queue, self._queue = self._queue, None
-        if queue is not None and self._tag is not None:
-            await quietly(queue.cancel(self._tag))
-            if not queue.channel.is_closed:
-                await queue.channel.close()
-
-    async def _on_notice(self, message: AbstractIncomingMessage) -> None:
-        try:
-            await self.forward(message)
-        except TRANSIENT_ERRORS:
-            logger.warning("result notice not forwarded (outage); requeued", exc_info=True)
-            await quietly(message.nack(requeue=True))
-            return
-        await quietly(message.ack())
+    async def handle(self, message: AbstractIncomingMessage) -> None:
+        await self.forward(message)
 
     async def forward(self, message: AbstractIncomingMessage) -> None:
         try:

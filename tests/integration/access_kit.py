@@ -55,3 +55,16 @@ def plan_for(scope: AccessScope, agents: list[str], **options: int) -> Plan:
 
 #: opens a plain AMQP connection as a provisioned user (the `login` fixture)
 Opener = Callable[[Credentials], Awaitable[aio_pika.abc.AbstractConnection]]
+
+
+def role_settings(mesh_access: Provisioned, amqp_url: str, redis_url: str) -> Settings:
+    """A process of the provisioned mesh: its login, access control on, topology passive."""
+    return Settings.from_env(
+        namespace=mesh_access.scope.namespace,
+        amqp_url=amqp_url,
+        redis_url=redis_url,
+        topology="passive",
+        access_control=True,
+        heartbeat_s=0.5,
+        lease_ttl_s=3.0,
+    )

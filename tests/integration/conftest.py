@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as redis_asyncio
 
-from mesh.access.provision import Provisioner
-from mesh.access.roles import AccessScope, Role, roles_for
+from mesh.access.provision import Credentials, Provisioner
+from mesh.access.roles import AccessScope, Role, build_plan, roles_for
 from mesh.config import Settings
-from mesh.connection import connect
+from mesh.connection import MeshConnection, connect
 from mesh.keys import Keys
 from mesh.management import Management
 from mesh.topology import Topology, declare_spec
@@ -24,6 +25,7 @@ from tests.integration.access_kit import (
     OBSERVER,
     Provisioned,
     plan_for,
+    role_settings,
 )
 
 
@@ -94,3 +96,37 @@ async def mesh_access(
         Management(base_settings),
         base_settings.redis_url.get_secret_value(),
     )
+
+
+@pytest.fixture
+async def as_user(mesh_access: Provisioned) -> AsyncIterator[Any]:
+    """``await as_user(role)``: a connection logged in as `role` (access control on). A
+    client the base plan lacks is provisioned on first use and removed at teardown."""
+    extra: dict[Role, Credentials] = {}
+    opened: list[MeshConnection] = []
+
+    async def open_as(role: Role) -> MeshConnection:
+        creds = extra.get(role)
+        if creds is None:
+            try:
+                creds = mesh_access.creds(role)
+            except KeyError:
+                plan = build_plan(mesh_access.scope, mesh_access.topology, [role])
+                report = await asyncio.to_thread(mesh_access.provisioner.provision, plan)
+                found = report.of(role).credentials
+                assert found is not None
+                creds = extra[role] = found
+        settings = role_settings(mesh_access, creds.amqp_url, creds.redis_url)
+        conn = await connect(settings, name=f"access-{role.label}")
+        opened.append(conn)
+        return conn
+
+    yield open_as
+    for conn in reversed(opened):
+        await conn.close()
+    cleaner = redis_asyncio.Redis.from_url(mesh_access.base_redis_url)
+    try:
+        for role in extra:
+            await cleaner.execute_command("ACL", "DELUSER", mesh_access.user(role))
+    finally:
+        await cleaner.aclose()

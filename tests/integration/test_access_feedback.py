@@ -9,7 +9,6 @@ import asyncio
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import aio_pika
@@ -18,8 +17,7 @@ import redis.asyncio as redis_asyncio
 import redis.exceptions
 
 from mesh import Agent, MeshClient, TaskContext
-from mesh.access.roles import Role, build_plan, roles_for
-from mesh.config import Settings
+from mesh.access.roles import Role
 from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
@@ -28,38 +26,12 @@ from mesh.router.service import RouterService
 from mesh.services import start_registry, start_worker
 from schemas import Event, TaskEnvelope, decode
 from tests.conftest import wait_until
-from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned
+from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned, role_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BOB = "mobile"
 TEXT = "my parcel was left at the wrong address"
-
-
-def _settings(mesh_access: Provisioned, amqp_url: str, redis_url: str) -> Settings:
-    return Settings.from_env(
-        namespace=mesh_access.scope.namespace,
-        amqp_url=amqp_url,
-        redis_url=redis_url,
-        topology="passive",
-        access_control=True,
-        heartbeat_s=0.5,
-        lease_ttl_s=3.0,
-    )
-
-
-def _grant_feedback(mesh_access: Provisioned, users: list[str]) -> None:
-    """Until `mesh.access.roles` names ``<ns>.feedback``: clients may write it, the router
-    read it (added to their provisioned regexes; nothing is changed when they match it)."""
-    name = mesh_access.topology.feedback
-    clients, router = users[:-1], users[-1]
-    for user, perm in [*((u, "write") for u in clients), (router, "read")]:
-        current = mesh_access.management.permissions(mesh_access.scope.vhost, user)
-        assert current is not None
-        regexes = {k: str(current[k]) for k in ("configure", "write", "read")}
-        if not re.search(regexes[perm], name):
-            regexes[perm] = f"^{re.escape(name)}$|{regexes[perm]}"
-            mesh_access.management.put_permissions(mesh_access.scope.vhost, user, **regexes)
 
 
 class _RedisSpy:
@@ -72,36 +44,6 @@ class _RedisSpy:
     def __getattr__(self, name: str) -> Any:
         self.used.append(name)
         return getattr(self.real, name)
-
-
-@pytest.fixture
-async def as_user(mesh_access: Provisioned) -> AsyncIterator[Any]:
-    """Connections as provisioned roles (bob, a second client, provisioned here); the
-    clients and the router may use the feedback exchange and queue."""
-    plan = build_plan(mesh_access.scope, mesh_access.topology, roles_for([], [BOB]))
-    report = await asyncio.to_thread(mesh_access.provisioner.provision, plan)
-    bob = report.of(Role("client", BOB)).credentials
-    assert bob is not None
-    users = [mesh_access.user(Role("client", CLIENT)), bob.user, mesh_access.user(Role("router"))]
-    await asyncio.to_thread(_grant_feedback, mesh_access, users)
-    opened: list[MeshConnection] = []
-
-    async def open_as(role: Role) -> MeshConnection:
-        creds = bob if role == Role("client", BOB) else mesh_access.creds(role)
-        assert creds is not None
-        settings = _settings(mesh_access, creds.amqp_url, creds.redis_url)
-        conn = await connect(settings, name=f"access-{role.label}")
-        opened.append(conn)
-        return conn
-
-    yield open_as
-    for conn in reversed(opened):
-        await conn.close()
-    cleaner = redis_asyncio.Redis.from_url(mesh_access.base_redis_url)
-    try:
-        await cleaner.acl_deluser(mesh_access.user(Role("client", BOB)))
-    finally:
-        await cleaner.aclose()
 
 
 def _payer() -> Agent:
@@ -271,7 +213,7 @@ async def test_a_client_whose_user_may_not_write_feedback_is_told_at_once(
         read=str(current["read"]),
     )
     creds = mesh_access.creds(Role("client", CLIENT))
-    conn = await connect(_settings(mesh_access, creds.amqp_url, creds.redis_url))
+    conn = await connect(role_settings(mesh_access, creds.amqp_url, creds.redis_url))
     add_cleanup(conn.close)
     async with MeshClient(conn) as alice:
         with pytest.raises(ConfigError, match="mesh access provision"):

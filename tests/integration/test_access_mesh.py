@@ -6,18 +6,15 @@ or ignored by the mesh, and nothing of it reaches the victim."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aio_pika
 import aiormq.exceptions
 import pytest
-import redis.asyncio as redis_asyncio
 
 from mesh import Agent, MeshClient, TaskContext
-from mesh.access.roles import Role, build_plan, roles_for
-from mesh.config import Settings
-from mesh.connection import MeshConnection, connect
+from mesh.access.roles import Role
+from mesh.connection import MeshConnection
 from mesh.messaging import Publisher, result_message
 from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
@@ -31,45 +28,6 @@ from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BOB = "mobile"
-
-
-def _settings(mesh_access: Provisioned, amqp_url: str, redis_url: str) -> Settings:
-    return Settings.from_env(
-        namespace=mesh_access.scope.namespace,
-        amqp_url=amqp_url,
-        redis_url=redis_url,
-        topology="passive",
-        access_control=True,
-        heartbeat_s=0.5,
-        lease_ttl_s=3.0,
-    )
-
-
-@pytest.fixture
-async def as_user(mesh_access: Provisioned) -> AsyncIterator[Any]:
-    """Connections as provisioned roles (bob, a second client, provisioned here)."""
-    plan = build_plan(mesh_access.scope, mesh_access.topology, roles_for([], [BOB]))
-    report = await asyncio.to_thread(mesh_access.provisioner.provision, plan)
-    bob = report.of(Role("client", BOB)).credentials
-    assert bob is not None
-    opened: list[MeshConnection] = []
-
-    async def open_as(role: Role) -> MeshConnection:
-        creds = bob if role == Role("client", BOB) else mesh_access.creds(role)
-        assert creds is not None
-        settings = _settings(mesh_access, creds.amqp_url, creds.redis_url)
-        conn = await connect(settings, name=f"access-{role.label}")
-        opened.append(conn)
-        return conn
-
-    yield open_as
-    for conn in reversed(opened):
-        await conn.close()
-    cleaner = redis_asyncio.Redis.from_url(mesh_access.base_redis_url)
-    try:
-        await cleaner.execute_command("ACL", "DELUSER", mesh_access.user(Role("client", BOB)))
-    finally:
-        await cleaner.aclose()
 
 
 def _payer(applied: list[str]) -> Agent:

@@ -5,7 +5,6 @@ and goodbyes, while A's own session works beside it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aio_pika
@@ -13,8 +12,7 @@ import aiormq.exceptions
 import pytest
 
 from mesh.access.roles import Role
-from mesh.config import Settings
-from mesh.connection import MeshConnection, connect
+from mesh.connection import MeshConnection
 from mesh.errors import RegistryError
 from mesh.registry import protocol
 from mesh.registry.service import RegistryService
@@ -27,48 +25,21 @@ from tests.integration.access_kit import AGENT_A, AGENT_B, Provisioned
 pytestmark = pytest.mark.integration
 
 
-def _settings(mesh_access: Provisioned, role: Role) -> Settings:
-    creds = mesh_access.creds(role)
-    return Settings.from_env(
-        namespace=mesh_access.scope.namespace,
-        amqp_url=creds.amqp_url,
-        redis_url=creds.redis_url,
-        topology="passive",
-        access_control=True,
-        heartbeat_s=0.5,
-        lease_ttl_s=3.0,
-    )
-
-
-@pytest.fixture
-async def as_role(mesh_access: Provisioned) -> AsyncIterator[Any]:
-    opened: list[MeshConnection] = []
-
-    async def open_as(role: Role) -> MeshConnection:
-        conn = await connect(_settings(mesh_access, role), name=f"access-{role.label}")
-        opened.append(conn)
-        return conn
-
-    yield open_as
-    for conn in reversed(opened):
-        await conn.close()
-
-
 def _registration(agent_id: str, instance_id: str) -> Registration:
     return Registration(agent_id=agent_id, instance_id=instance_id, capability_text="pays")
 
 
 async def test_only_an_agents_own_user_speaks_for_it(
     mesh_access: Provisioned,
-    as_role: Any,
+    as_user: Any,
     add_cleanup: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    registry = RegistryService(await as_role(Role("registry")))
+    registry = RegistryService(await as_user(Role("registry")))
     await registry.start()
     add_cleanup(registry.close)
-    worker_a = await as_role(Role("worker", AGENT_A))
-    worker_b = await as_role(Role("worker", AGENT_B))
+    worker_a = await as_user(Role("worker", AGENT_A))
+    worker_b = await as_user(Role("worker", AGENT_B))
 
     own = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
     await own.start(lambda: 0)
@@ -133,14 +104,14 @@ def _user(mesh_access: Provisioned, conn: MeshConnection) -> str:
 
 
 async def test_an_agent_user_cannot_register_without_bound(
-    mesh_access: Provisioned, as_role: Any, add_cleanup: Any, caplog: pytest.LogCaptureFixture
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    conn = await as_role(Role("registry"))
+    conn = await as_user(Role("registry"))
     conn.settings = conn.settings.model_copy(update={"max_instances_per_agent": 1})
     registry = RegistryService(conn)
     await registry.start()
     add_cleanup(registry.close)
-    worker_a = await as_role(Role("worker", AGENT_A))
+    worker_a = await as_user(Role("worker", AGENT_A))
     first = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
     await first.start(lambda: 0)
     add_cleanup(first.stop)
