@@ -88,13 +88,6 @@ class Endpoints:
     def redis_url(self, user: str, password: str) -> str:
         return _with_login(self.redis, user, password, self.redis.path)
 
-    @staticmethod
-    def vhost_of(settings: Settings) -> str:
-        """The vhost ``MESH_AMQP_URL`` opens (its first node's; ``/`` when the path is empty)."""
-        first = settings.amqp_urls[0].get_secret_value()
-        path = urllib.parse.urlsplit(first).path
-        return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
-
 
 def _with_login(base: urllib.parse.SplitResult, user: str, password: str, path: str) -> str:
     host = base.hostname or ""

@@ -117,6 +117,12 @@ class Role:
         return None
 
 
+def vhost_of(settings: Any) -> str:
+    """The vhost ``MESH_AMQP_URL`` opens (its first node's; ``/`` when the path is empty)."""
+    path = urllib.parse.urlsplit(settings.amqp_urls[0].get_secret_value()).path
+    return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+
+
 def default_user_prefix(namespace: str, vhost: str) -> str:
     """``<namespace>:`` in vhost ``/``, ``<vhost>:<namespace>:`` elsewhere (module docstring)."""
     return f"{namespace}:" if vhost == "/" else f"{vhost}:{namespace}:"
@@ -134,9 +140,12 @@ class AccessScope:
     def from_settings(cls, settings: Any) -> AccessScope:
         """The scope a process runs in: its namespace, the vhost of its first AMQP URL, and
         ``MESH_ACCESS_USER_PREFIX`` when set."""
-        path = urllib.parse.urlsplit(settings.amqp_urls[0].get_secret_value()).path
-        vhost = urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
-        return cls(settings.namespace, vhost, settings.access_user_prefix)
+        return cls(settings.namespace, vhost_of(settings), settings.access_user_prefix)
+
+    def is_worker_of(self, user: str | None, agent_id: str | None) -> bool:
+        """Whether `user` is the worker user of `agent_id` in this scope."""
+        role = self.role_of(user or "")
+        return role is not None and role.kind == "worker" and role.name == agent_id
 
     @property
     def user_prefix(self) -> str:

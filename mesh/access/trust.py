@@ -38,9 +38,7 @@ class EventTrust:
         elif event.type == "route.feedback":
             ok = kind == "router"  # clients send feedback to a router, which emits this
         else:
-            ok = kind == "router" or (
-                kind == "worker" and role is not None and role.name == event.agent_id
-            )
+            ok = kind == "router" or self.scope.is_worker_of(user_id, event.agent_id)
         if not ok:
             self.ignored += 1
         return ok

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from mesh.cli._broker import namespace_exists
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
+from mesh.messaging import login_of
 from mesh.worker.agent import Agent
 
 logger = logging.getLogger(__name__)
@@ -32,8 +32,7 @@ SPEC_EXAMPLE = "e.g. agents.support:refunds or agents.support:*"
 def warn_without_access_control(settings: Settings, name: str) -> None:
     """Say once, at start-up, that a service logs in as the broker's shared development
     user: any process that reaches the broker can then act as any agent."""
-    users = {urlsplit(u.get_secret_value()).username or "guest" for u in settings.amqp_urls}
-    if users & {"guest"}:
+    if login_of(settings) == "guest":
         logger.warning(
             "%s runs without access control: it logs in to RabbitMQ as 'guest', like every "
             "process of a development mesh, so anyone who reaches the broker can act as any "

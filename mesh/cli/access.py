@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from mesh.access.provision import (
-    Endpoints,
     Provisioner,
     env_text,
     write_env_dir,
@@ -28,6 +27,7 @@ from mesh.access.roles import (
     build_plan,
     describe,
     roles_for,
+    vhost_of,
 )
 from mesh.cli._args import UsageError, int_range
 from mesh.config import Settings
@@ -193,7 +193,7 @@ def _scope_flags(p: argparse.ArgumentParser, roles_help: str = "") -> None:
 
 
 def _scope(args: argparse.Namespace, settings: Settings) -> AccessScope:
-    vhost = args.vhost if args.vhost is not None else Endpoints.vhost_of(settings)
+    vhost = args.vhost if args.vhost is not None else vhost_of(settings)
     if not vhost:
         raise UsageError("--vhost must not be empty")
     return AccessScope(settings.namespace, vhost, args.user_prefix)

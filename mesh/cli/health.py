@@ -16,9 +16,10 @@ import asyncio
 import sys
 from typing import Any
 
+from mesh.cli._args import UsageError
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
-from mesh.errors import ConfigError, MeshError, Unhealthy
+from mesh.errors import MeshError, Unhealthy
 from mesh.management import Management
 from mesh.registry.state import load_state
 from schemas import now_ms
@@ -39,7 +40,7 @@ def register(sub: Any) -> None:
 
 def _health(args: argparse.Namespace, settings: Settings) -> int:
     if args.role == "worker" and not args.agent:
-        raise ConfigError("mesh health worker needs the agent id: mesh health worker AGENT")
+        raise UsageError("mesh health worker needs the agent id: mesh health worker AGENT")
 
     async def go() -> str:
         async with await connect(settings, name="mesh-health") as conn:

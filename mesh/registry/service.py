@@ -343,17 +343,16 @@ class RegistryService(Lifecycle):
     ) -> None:
         if self._channel is None:
             return
-        answer.user_id = self.publisher.login
         if reply_to and not self.admission.enabled:
             # development: the reply_to queue, as any AMQP RPC (an A2A card from a plain
             # client); the mesh's sessions also bind the sessions exchange
-            await self._channel.default_exchange.publish(
-                answer, routing_key=reply_to, mandatory=False
-            )
+            exchange, key = self._channel.default_exchange, reply_to
         elif ids is not None:
-            exchange = await self._channel.get_exchange(self.topology.sessions, ensure=False)
+            exchange = await self.publisher.exchange(self.topology.sessions, fast=True)
             key = self.topology.session_key(*ids)
-            await exchange.publish(answer, routing_key=key, mandatory=False)
+        else:
+            return
+        await self.publisher.send(exchange, answer, key, mandatory=False)
 
     # --- heartbeats ----------------------------------------------------------------------
     async def _flush_loop(self) -> None:

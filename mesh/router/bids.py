@@ -65,14 +65,10 @@ class BidCollector(Lifecycle):
         pending = self._pending.get(bid.task_id)
         if pending is None:
             return  # late: the window closed
-        if self.scope is not None:
-            role = self.scope.role_of(message.user_id or "")
-            if role is None or role.kind != "worker" or role.name != bid.agent_id:
-                self.refused += 1
-                logger.warning(
-                    "bid for agent %r from user %r ignored", bid.agent_id, message.user_id
-                )
-                return
+        if self.scope is not None and not self.scope.is_worker_of(message.user_id, bid.agent_id):
+            self.refused += 1
+            logger.warning("bid for agent %r from user %r ignored", bid.agent_id, message.user_id)
+            return
         waiting, bids, done = pending
         bids.append(bid)
         waiting.discard(bid.agent_id)

@@ -38,9 +38,8 @@ class IngressGuard:
         """The envelope to route (maybe restamped), or why it is refused."""
         role = self.scope.role_of(user_id or "")
         if returned_from is not None:
-            if role is not None and (
-                role.kind == "router" or (role.kind == "worker" and role.name == returned_from)
-            ):
+            router = role is not None and role.kind == "router"
+            if router or self.scope.is_worker_of(user_id, returned_from):
                 return envelope
             return Refusal(
                 "not_a_dispatch",

@@ -56,8 +56,7 @@ class ResultForwarder(QueueConsumer):
             return
         record = await self.store.state(task_id)
         agent_id = record.get("agent_id", "")
-        role = self.scope.role_of(message.user_id or "")
-        if role is None or role.kind != "worker" or role.name != agent_id:
+        if not self.scope.is_worker_of(message.user_id, agent_id):
             self.refused += 1
             logger.warning(
                 "result notice for task_id=%s from user %r refused: the task is agent %r's",

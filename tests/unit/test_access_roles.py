@@ -27,6 +27,7 @@ from mesh.access.roles import (
     grant_for,
     redis_acl,
     roles_for,
+    vhost_of,
 )
 from mesh.cli.main import main
 from mesh.config import Settings
@@ -426,7 +427,7 @@ def test_limits_and_topic_restrictions_come_before_permissions(
 def test_every_node_of_a_cluster_url_gets_the_roles_login() -> None:
     settings = Settings(amqp_url="amqp://op:x@n1:5672/,amqp://op:x@n2:5673/t1")  # type: ignore[arg-type]
     ends = Endpoints.from_settings(settings)
-    assert Endpoints.vhost_of(settings) == "/"
+    assert vhost_of(settings) == "/"
     url = ends.amqp_url("mesh:router", "pw", "tenant/1")
     assert url == (
         "amqp://mesh%3Arouter:pw@n1:5672/tenant%2F1,amqp://mesh%3Arouter:pw@n2:5673/tenant%2F1"
