@@ -76,8 +76,7 @@ class Settler:
         logger.info(
             "task_id=%s held by %s; looking again in %d ms", envelope.task_id, holder, delay
         )
-        await self._republish(envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: holder})
-        await quietly(message.ack())
+        await self.hand_back(message, envelope, delay, marker=holder)
 
     async def outage(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
         """Redis or the broker went away while the task was being run or settled."""
@@ -87,7 +86,12 @@ class Settler:
         await self.hand_back(message, envelope, self.deps.topology.retry_delays_ms[0])
 
     async def hand_back(
-        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, delay_ms: int
+        self,
+        message: AbstractIncomingMessage,
+        envelope: TaskEnvelope,
+        delay_ms: int,
+        *,
+        marker: str | None = None,
     ) -> None:
         """Give a delivery back to the agent's queue after `delay_ms`, not at once.
 
@@ -95,14 +99,14 @@ class Settler:
         lease lapsed in a broker outage): thousands of redeliveries a second, and on a quorum
         queue each one counts toward the delivery limit. The copy goes through
         ``mesh.retry.<delay>`` as a new message (the limit is not touched), marked as handed
-        back, so a claim never takes it for a first delivery. When even that publish fails
+        back (``marker``: the holder it waits on, else this instance), so a claim never
+        takes it for a first delivery. When even that publish fails
         (the broker is away), the delivery is requeued: the broker redelivers it later.
         """
         delay = nearest_delay(self.deps.topology.retry_delays_ms, delay_ms)
         try:
-            await self._republish(
-                envelope, {DELAY_HEADER: str(delay), DEFERRED_HEADER: self.deps.instance_id}
-            )
+            headers = {DELAY_HEADER: str(delay), DEFERRED_HEADER: marker or self.deps.instance_id}
+            await self._republish(envelope, headers)
         except TRANSIENT_ERRORS:
             await quietly(message.nack(requeue=True))
             return
