@@ -21,6 +21,11 @@ Usage::
     bash infra/bench.sh load                     # the full run (about half an hour)
     .venv/bin/python bench/load.py --agents 20 --steps 50,100 --step-s 5 --big-agents 0
     .venv/bin/python bench/load.py --tiny        # a smoke run (< 1 min)
+    .venv/bin/python bench/load.py --metrics on,off ...   # the cost of /metrics, same run
+
+``--metrics on,off`` measures one mesh with ``MESH_METRICS_PORT=0`` in every process and
+one without, in that order, and prints the ratio of their closed-loop medians; the routers'
+endpoints are scraped at the end of the run (their dispatch count is in the JSON).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +52,7 @@ from typing import Any
 import numpy as np
 import orjson
 from aio_pika.abc import AbstractIncomingMessage
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -76,20 +83,23 @@ def log(message: str) -> None:
 
 # --- children --------------------------------------------------------------------------------
 class Children:
-    """The processes of one configuration; stderr of each in a file under `log_dir`."""
+    """The processes of one configuration; stdout and stderr of each in files under
+    `log_dir`; `env` is added to every child's environment."""
 
-    def __init__(self, namespace: str, log_dir: Path) -> None:
+    def __init__(self, namespace: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.namespace = namespace
         self.log_dir = log_dir
+        self.env = env or {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def spawn(self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, "MESH_NAMESPACE": self.namespace, **(extra_env or {})}
-        with (self.log_dir / f"{name}.err").open("ab") as err:
-            self.procs[name] = subprocess.Popen(
-                cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err
-            )
+        env = {**os.environ, "MESH_NAMESPACE": self.namespace, **self.env, **(extra_env or {})}
+        with (
+            (self.log_dir / f"{name}.out").open("ab") as out,
+            (self.log_dir / f"{name}.err").open("ab") as err,
+        ):
+            self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err)
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.procs.items()}
@@ -628,6 +638,35 @@ async def cleanup(settings: Settings) -> None:
 class Outcome:
     open_rows: list[Row] = field(default_factory=list)
     closed: list[Closed] = field(default_factory=list)
+    #: `--metrics on`: dispatches the routers' /metrics endpoints served, by config
+    scraped_dispatches: dict[str, float] = field(default_factory=dict)
+
+
+#: what a `mesh router` prints when its metrics are on (`mesh.cli.run.with_metrics`)
+METRICS_LINE = "router metrics on "
+
+
+def scrape_dispatches(children: Children) -> float:
+    """Dispatches counted by every router's /metrics endpoint (URLs from their stdout)."""
+    total = 0.0
+    for name in children.procs:
+        out = children.log_dir / f"{name}.out"
+        if not name.startswith("router") or not out.exists():
+            continue
+        for line in out.read_text().splitlines():
+            if line.startswith(METRICS_LINE):
+                url = line[len(METRICS_LINE) :].strip()
+                with urllib.request.urlopen(url, timeout=10) as answer:
+                    text = answer.read().decode()
+                for fam in text_string_to_metric_families(text):
+                    if fam.name == "agent_reach_dispatches":
+                        total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
+    return total
+
+
+def config_name(kind: str, n_agents: int, routers: int, metrics: str | None) -> str:
+    base = f"{kind} n{n_agents} r{routers}"
+    return base if metrics is None else f"{base} m-{metrics}"
 
 
 async def run_config(
@@ -637,11 +676,17 @@ async def run_config(
     modes: Sequence[str],
     args: argparse.Namespace,
     outcome: Outcome,
+    metrics: str | None = None,
 ) -> None:
-    """One namespace: its processes up, every mode x router count measured, torn down."""
+    """One namespace: its processes up, every mode x router count measured, torn down.
+
+    `metrics` ``on``: every mesh process serves /metrics (``MESH_METRICS_PORT=0``); ``off``
+    or None: none does (None: `--metrics` was not asked for, the names stay as they were).
+    """
     settings = Settings.from_env(namespace=f"{'raw' if kind == 'raw' else 'bench'}-{new_id()[:8]}")
     log_dir = Path(f"/tmp/bench-load-{settings.namespace}")
-    children = Children(settings.namespace, log_dir)
+    env = {} if metrics is None else {"MESH_METRICS_PORT": "0" if metrics == "on" else ""}
+    children = Children(settings.namespace, log_dir, env)
     log(f"{kind} with {n_agents} agents: namespace {settings.namespace}, logs in {log_dir}")
     try:
         async with await connect(settings, name="bench-load") as conn:
@@ -656,7 +701,7 @@ async def run_config(
                 for routers in router_counts:
                     await add_routers(kind, routers, n_agents, children, conn, log_dir)
                     sc = Scenario(
-                        f"{kind} n{n_agents} r{routers}",
+                        config_name(kind, n_agents, routers, metrics),
                         kind,
                         n_agents,
                         routers,
@@ -667,6 +712,10 @@ async def run_config(
                         rows, closed = await measure(Load(client, mode, targets), sc, tap, args)
                         outcome.open_rows += rows
                         outcome.closed.append(closed)
+                    if metrics == "on":
+                        count = await asyncio.to_thread(scrape_dispatches, children)
+                        outcome.scraped_dispatches[sc.config] = count
+                        log(f"  {sc.config}: the routers' /metrics served {count:.0f} dispatches")
     finally:
         children.stop()
         await cleanup(settings)
@@ -785,6 +834,7 @@ def table(outcome: Outcome) -> str:
         f"{'p50':>7s} {'p99':>7s} {'cpu/task':>9s}"
     )
     lines += [head2, "-" * len(head2)]
+    costs = metrics_costs(outcome)
     for c in outcome.closed:
         mid = c.runs[len(c.runs) // 2]
         ratio = "-" if c.ratio_to_raw is None else f"{c.ratio_to_raw:.2f}"
@@ -794,7 +844,25 @@ def table(outcome: Outcome) -> str:
             f"{fmt(mid.e2e_ms['p50']):>7s} {fmt(mid.e2e_ms['p99']):>7s} "
             f"{fmt(mid.cpu_ms_per_task.get('total'), 2):>9s}"
         )
+    for (config, mode), (on, off) in costs.items():
+        lines.append(
+            f"metrics cost, {config} {mode}: on {on:.1f}/s vs off {off:.1f}/s = "
+            f"{on / off:.3f} ({(1 - on / off) * 100:+.1f}% throughput lost)"
+        )
     return "\n".join(lines)
+
+
+def metrics_costs(outcome: Outcome) -> dict[tuple[str, str], tuple[float, float]]:
+    """(config without the metrics tag, mode) -> closed-loop medians with metrics on, off."""
+    medians = {(c.config, c.mode): c.median_per_s for c in outcome.closed}
+    found = {}
+    for (config, mode), on in medians.items():
+        if config.endswith(" m-on"):
+            base = config.removesuffix(" m-on")
+            off = medians.get((f"{base} m-off", mode))
+            if off:
+                found[(base, mode)] = (on, off)
+    return found
 
 
 def add_ratios(outcome: Outcome) -> None:
@@ -818,6 +886,13 @@ def write_json(outcome: Outcome, args: argparse.Namespace, started: str) -> Path
         "options": {k: v for k, v in vars(args).items() if k != "func"},
         "open_loop": [asdict(r) for r in outcome.open_rows],
         "closed_loop": [asdict(c) for c in outcome.closed],
+        "metrics": {
+            "scraped_dispatches": outcome.scraped_dispatches,
+            "cost": {
+                f"{config} {mode}": {"on_per_s": on, "off_per_s": off, "ratio": round(on / off, 4)}
+                for (config, mode), (on, off) in metrics_costs(outcome).items()
+            },
+        },
     }
     body = json.dumps(doc, indent=1, default=str)
     path = folder / f"load-{started.replace(':', '')}.json"
@@ -843,6 +918,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--handler-ms", type=float, default=0.0, help="handler sleep (ms)")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument(
+        "--metrics",
+        default=None,
+        help="on, off or on,off: the mesh's processes serve /metrics (MESH_METRICS_PORT=0) "
+        "or not, one mesh each in this order (default: as the environment says)",
+    )
+    p.add_argument(
         "--router-code",
         default=None,
         help="run the routers from this checkout (e.g. an older commit) to compare",
@@ -858,6 +939,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.router_counts = sorted({int(x) for x in args.routers.split(",") if x.strip()})
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     args.steps = [float(x) for x in str(args.steps).split(",") if x.strip()]
+    args.metrics_list = (
+        [None] if args.metrics is None else [m.strip() for m in args.metrics.split(",")]
+    )
+    if not set(args.metrics_list) <= {None, "on", "off"} or not args.metrics_list:
+        p.error(f"--metrics takes on, off or on,off (got {args.metrics})")
     bad = set(args.mode_list) - {"semantic", "target"}
     if bad or not args.router_counts or min(args.router_counts) < 1:
         p.error(f"modes are semantic/target and routers >= 1 (got {args.modes}, {args.routers})")
@@ -868,10 +954,20 @@ async def run_all(args: argparse.Namespace) -> Outcome:
     outcome = Outcome()
     if not args.skip_raw:
         await run_config("raw", args.agents, args.router_counts, ["target"], args, outcome)
-    await run_config("mesh", args.agents, args.router_counts, args.mode_list, args, outcome)
+    for metrics in args.metrics_list:
+        modes = args.mode_list
+        await run_config("mesh", args.agents, args.router_counts, modes, args, outcome, metrics)
     if args.big_agents > 0:
         big_routers = args.router_counts[:1]
-        await run_config("mesh", args.big_agents, big_routers, args.mode_list, args, outcome)
+        await run_config(
+            "mesh",
+            args.big_agents,
+            big_routers,
+            args.mode_list,
+            args,
+            outcome,
+            args.metrics_list[0],
+        )
     return outcome
 
 

@@ -116,6 +116,16 @@ class MeshClient(Lifecycle):
             )
             await quietly(message.ack())
             return
+        tracing = self.publisher.tracing
+        if tracing is None:
+            self._hand_over(result)
+        else:
+            with tracing.result(result, message.headers or {}):
+                self._hand_over(result)
+        await quietly(message.ack())
+
+    def _hand_over(self, result: Result) -> None:
+        """Give `result` to the requests waiting for its task (or count a copy)."""
         seen = self._remember(result)
         waiters = self._waiters.pop(result.task_id, [])
         if waiters:
@@ -128,7 +138,6 @@ class MeshClient(Lifecycle):
             logger.info("second copy of the Result of task_id=%s dropped", result.task_id)
         else:
             logger.info("Result for task_id=%s has no waiter; dropped", result.task_id)
-        await quietly(message.ack())
 
     def _remember(self, result: Result) -> bool:
         """Whether a Result for this task came before; a different one is a conflict."""
@@ -162,12 +171,18 @@ class MeshClient(Lifecycle):
         # publish confirmed but reported lost is sent twice, which the router absorbs
         # (same task_id: one execution, the same Result)
         sent = envelope
-        await with_retries(
+        published = with_retries(
             lambda: self.publisher.publish_envelope(
                 self.topology.ingress, self.topology.ingress_key, sent, mandatory=True
             ),
             self.publish_retry_s,
         )
+        tracing = self.publisher.tracing
+        if tracing is None:
+            await published
+        else:
+            with tracing.ingress(sent, self.topology.ingress):
+                await published
         return envelope
 
     async def request(

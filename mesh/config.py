@@ -43,6 +43,7 @@ _EMPTY_IS_NONE = frozenset(
         "blas_threads",
         "management_ca_file",
         "log_level",
+        "metrics_port",
     }
 )
 #: read from the current directory by `Settings.from_env()`; the environment wins over it
@@ -161,6 +162,13 @@ def default_cache_dir() -> Path:
     return Path(base) / "agent-reach"
 
 
+def default_state_dir() -> Path:
+    """Where services keep files (the observer's logs): ``$XDG_STATE_HOME/agent-reach``, or
+    ``~/.local/state/agent-reach``."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "agent-reach"
+
+
 class Settings(BaseModel):
     """Every tunable of the mesh. Build with `Settings.from_env()` or directly in tests."""
 
@@ -200,6 +208,26 @@ class Settings(BaseModel):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = None
     #: ``text`` lines, or ``json``: one object per line with the task_id and trace_id
     log_format: Literal["text", "json"] = "text"
+
+    # --- metrics (README "Operating it") ---------------------------------------------------
+    #: port of the Prometheus ``/metrics`` endpoint of a router, registry or worker process
+    #: (None: no endpoint and nothing recorded; 0: any free port, logged at start)
+    metrics_port: int | None = Field(default=None, ge=0, le=65_535)
+    #: address the endpoint binds (``0.0.0.0``: every interface)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1, max_length=255)
+
+    # --- OpenTelemetry (the ``otel`` extra; `mesh.tracing`) --------------------------------
+    #: on: one span per hop (ingress, route, dispatch, handle, handoff, result), linked
+    #: across processes by a W3C ``traceparent`` header; off: no span work at all
+    otel: bool = False
+    #: share of the traces of tasks with priority < 5 that are recorded (priority >= 5:
+    #: every one; seed 000 section 5.2), decided from the trace id, the same in every process
+    otel_sample_ratio: float = Field(default=0.1, ge=0, le=1)
+    #: ``global``: the process's TracerProvider (set in code with
+    #: ``opentelemetry.trace.set_tracer_provider``, or by ``opentelemetry-instrument`` from
+    #: ``OTEL_*``); ``console`` / ``otlp``: installs an SDK provider with that exporter when
+    #: none is set (``otlp`` needs ``opentelemetry-exporter-otlp``; ``OTEL_EXPORTER_OTLP_*``)
+    otel_exporter: Literal["global", "console", "otlp"] = "global"
 
     # --- access control (README "Security") ------------------------------------------------
     #: on: the registry accepts an agent's registrations, heartbeats and goodbyes only from
@@ -265,6 +293,36 @@ class Settings(BaseModel):
     #: processing (the task's history in Redis, `mesh task ID`, has them anyway); outcome,
     #: reroute, retry, route.*, agent.* and alert.* events are always emitted
     progress_events: bool = False
+
+    # --- observer (`mesh observer`, `mesh trace`, `mesh stats`) ----------------------------
+    #: the observer's name: observers of one name share one queue (competing), each name
+    #: gets every event (`mesh.observer` module docstring)
+    observer_name: str = Field(default="main", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    #: folder of the observer's JSON-lines logs (trace, decisions, alerts)
+    observer_log_dir: Path = Field(default_factory=lambda: default_state_dir() / "observer")
+    #: each log rotates at this size, keeping `observer_log_backups` old files
+    observer_log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=4096)
+    observer_log_backups: int = Field(default=5, ge=0)
+    #: how long a trace's events stay in Redis, and how many of them at most
+    observer_trace_ttl_s: int = Field(default=86_400, ge=1)
+    observer_trace_max_events: int = Field(default=1_000, ge=10)
+    #: x-max-length of the observer's queue (the oldest events go first when it is behind)
+    observer_queue_max_length: int = Field(default=100_000, ge=100)
+    #: sliding window of the no-match and arbitration rates, and the samples it needs
+    observer_window_s: float = Field(default=60.0, gt=0)
+    observer_min_samples: int = Field(default=20, ge=1)
+    #: alert when more than this share of decisions found no agent (none, or the fallback)
+    observer_no_match_ratio: float = Field(default=0.20, ge=0, le=1)
+    #: alert when more than this share of decisions needed arbitration (a near tie)
+    observer_arbitration_ratio: float = Field(default=0.15, ge=0, le=1)
+    #: an agent that came back up this often within the window after going down flaps
+    observer_flap_count: int = Field(default=3, ge=1)
+    observer_flap_window_s: float = Field(default=300.0, gt=0)
+    #: how often the management API is read (queue depths, consumers)
+    observer_check_interval_s: float = Field(default=15.0, gt=0)
+    #: alert when a dead-letter queue grew by this many messages within the window
+    observer_dead_letter_growth: int = Field(default=5, ge=1)
+    observer_dead_letter_window_s: float = Field(default=300.0, gt=0)
 
     # --- dispatch ------------------------------------------------------------------------
     accept_timeout_ms: int = Field(default=5_000, ge=50)

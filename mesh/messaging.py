@@ -11,7 +11,7 @@ import hashlib
 import logging
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 import aiormq.exceptions
@@ -31,8 +31,12 @@ from mesh.topology import (
     DeadReason,
     message_priority,
 )
+from mesh.tracing import tracing_for
 from schemas import Event, Result, TaskEnvelope, encode
 from schemas.codec import dumps
+
+if TYPE_CHECKING:
+    from mesh.tracing.spans import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -111,10 +115,13 @@ class Publisher(Lifecycle):
         self._fast: AbstractChannel | None = None
         self._exchanges: dict[str, AbstractExchange] = {}
         self._fast_exchanges: dict[str, AbstractExchange] = {}
+        #: the component's span hooks, set by `start()` (None: ``MESH_OTEL=off``)
+        self.tracing: Tracing | None = None
 
     async def start(self) -> None:
         if self._confirmed is not None:
             return
+        self.tracing = tracing_for(self.conn.settings, self.conn.name)
         self._confirmed = await self.conn.channel(confirms=True)
         self._fast = await self.conn.channel(confirms=False)
 
@@ -149,6 +156,9 @@ class Publisher(Lifecycle):
         an unroutable mandatory publish stays `PublishError`.
         """
         message.user_id = self.login
+        if self.tracing is not None:
+            # inside a hop's span: the next process continues it (`mesh.tracing`)
+            self.tracing.inject(message.headers)
         try:
             await exchange.publish(message, routing_key=routing_key, mandatory=mandatory)
         except aiormq.exceptions.PublishError:

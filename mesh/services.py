@@ -16,6 +16,7 @@ from typing import TypeVar
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.lifecycle import Component
+from mesh.metrics.core import Metrics
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.snapshot import AgentSnapshot
@@ -59,25 +60,32 @@ async def build_selector(
 
 
 async def start_router(
-    conn: MeshConnection, *, embedder: Embedder | None = None, semantic: bool = True
+    conn: MeshConnection,
+    *,
+    embedder: Embedder | None = None,
+    semantic: bool = True,
+    metrics: Metrics | None = None,
 ) -> Stop:
-    """Run a router; with `semantic` (the default) it chooses agents for untargeted tasks."""
+    """Run a router; with `semantic` (the default) it chooses agents for untargeted tasks.
+
+    With `metrics`, it records into them (`mesh.metrics`).
+    """
     if not semantic:
         async with contextlib.AsyncExitStack() as stack:
-            await _started(stack, RouterService(conn))
+            await _started(stack, RouterService(conn, metrics=metrics))
             return stack.pop_all().aclose
-    _selector, stop = await start_semantic_router(conn, embedder)
+    _selector, stop = await start_semantic_router(conn, embedder, metrics=metrics)
     return stop
 
 
 async def start_semantic_router(
-    conn: MeshConnection, embedder: Embedder | None = None
+    conn: MeshConnection, embedder: Embedder | None = None, *, metrics: Metrics | None = None
 ) -> tuple[SemanticSelector, Stop]:
     """A router with its semantic selector; stops the router first, then the selector."""
     async with contextlib.AsyncExitStack() as stack:
         selector, stop_selector = await build_selector(conn, embedder)
         stack.push_async_callback(stop_selector)
-        await _started(stack, RouterService(conn, selector))
+        await _started(stack, RouterService(conn, selector, metrics=metrics))
         return selector, stack.pop_all().aclose
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
@@ -89,38 +97,45 @@ async def start_mesh(
     embedder: Embedder | None = None,
     wait_agents: Sequence[str] = (),
     wait_s: float = 30.0,
+    metrics: Metrics | None = None,
 ) -> Stop:
     """Registry, router and one worker per agent in this process (the demo, tests).
 
-    Returns once the router sees every agent of `wait_agents` live.
+    Returns once the router sees every agent of `wait_agents` live. With `metrics`, every
+    component records into them (one registry for the whole process).
     """
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(await start_registry(conn))
-        selector, stop_router = await start_semantic_router(conn, embedder)
+        stack.push_async_callback(await start_registry(conn, metrics=metrics))
+        selector, stop_router = await start_semantic_router(conn, embedder, metrics=metrics)
         stack.push_async_callback(stop_router)
         for agent in agents:
-            stack.push_async_callback(await start_worker(conn, agent))
+            stack.push_async_callback(await start_worker(conn, agent, metrics=metrics))
         await selector.wait_routable(wait_agents, wait_s)
         return stack.pop_all().aclose
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
-async def start_registry(conn: MeshConnection) -> Stop:
+async def start_registry(conn: MeshConnection, *, metrics: Metrics | None = None) -> Stop:
     """Run a registry service (any number may run; they share their state in Redis)."""
     async with contextlib.AsyncExitStack() as stack:
-        await _started(stack, RegistryService(conn))
+        await _started(stack, RegistryService(conn, metrics=metrics))
         return stack.pop_all().aclose
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
 
 async def start_worker(
-    conn: MeshConnection, agent: Agent, *, instance_id: str | None = None, grace_s: float = 30.0
+    conn: MeshConnection,
+    agent: Agent,
+    *,
+    instance_id: str | None = None,
+    grace_s: float = 30.0,
+    metrics: Metrics | None = None,
 ) -> Stop:
     """Run `agent` as a worker holding a registry lease (waits until a registry answers)."""
     instance_id = instance_id or f"{agent.agent_id}-{new_id()[:12]}"
     session = RegistrySession(conn, agent.registration(instance_id))
     runtime = WorkerRuntime(
-        agent, conn, instance_id=instance_id, membership=session, grace_s=grace_s
+        agent, conn, instance_id=instance_id, membership=session, grace_s=grace_s, metrics=metrics
     )
     async with contextlib.AsyncExitStack() as stack:
         # close() drains with grace_s: stop consuming, finish in-flight tasks, deregister

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mesh.cli._runner import run_serve
+from mesh.cli.run import with_metrics
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 
@@ -23,6 +24,6 @@ def _registry(args: argparse.Namespace, settings: Settings) -> int:
     from mesh.services import start_registry
 
     async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:
-        return await start_registry(conn)
+        return await with_metrics(settings, "registry", lambda m: start_registry(conn, metrics=m))
 
     return run_serve(settings, "mesh-registry", starter)

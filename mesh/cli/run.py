@@ -13,6 +13,8 @@ from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.errors import ConfigError
+from mesh.metrics.core import Metrics
+from mesh.metrics.http import serve_metrics
 from mesh.worker.agent import Agent
 
 logger = logging.getLogger(__name__)
@@ -59,12 +61,36 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_worker)
 
 
+async def with_metrics(
+    settings: Settings, role: str, start: Callable[[Metrics | None], Awaitable[Stop]]
+) -> Stop:
+    """`start` a service with the ``/metrics`` endpoint its settings ask for
+    (``MESH_METRICS_PORT``; its URL is printed); the stop returned closes both."""
+    endpoint = await serve_metrics(settings, role)
+    if endpoint is None:
+        return await start(None)
+    try:
+        stop = await start(endpoint.metrics)
+    except BaseException:
+        await endpoint.close()
+        raise
+    print(f"{role} metrics on {endpoint.url}", flush=True)
+
+    async def stop_both() -> None:
+        try:
+            await stop()
+        finally:
+            await endpoint.close()
+
+    return stop_both
+
+
 def _router(args: argparse.Namespace, settings: Settings) -> int:
     require_router_stack()
     from mesh.services import start_router
 
     async def starter(conn: MeshConnection) -> Stop:
-        return await start_router(conn)
+        return await with_metrics(settings, "router", lambda m: start_router(conn, metrics=m))
 
     return run_serve(settings, "mesh-router", starter)
 
@@ -91,7 +117,11 @@ def worker_agents(
 
 
 async def start_workers(
-    conn: MeshConnection, agents: Sequence[Agent], instance_id: str | None, grace_s: float
+    conn: MeshConnection,
+    agents: Sequence[Agent],
+    instance_id: str | None,
+    grace_s: float,
+    metrics: Metrics | None = None,
 ) -> Stop:
     """One worker runtime per agent on `conn`; the stop drains them in reverse order."""
     from mesh.services import start_worker
@@ -104,7 +134,11 @@ async def start_workers(
 
     try:
         for agent in agents:
-            stops.append(await start_worker(conn, agent, instance_id=instance_id, grace_s=grace_s))
+            stops.append(
+                await start_worker(
+                    conn, agent, instance_id=instance_id, grace_s=grace_s, metrics=metrics
+                )
+            )
     except BaseException:
         await stop_all()
         raise
@@ -121,7 +155,11 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
     )
 
     async def starter(conn: MeshConnection) -> Stop:
-        return await start_workers(conn, agents, args.instance_id, args.grace_s)
+        return await with_metrics(
+            settings,
+            "worker",
+            lambda m: start_workers(conn, agents, args.instance_id, args.grace_s, m),
+        )
 
     name = f"mesh-worker-{agents[0].agent_id}"
     if len(agents) > 1:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -55,6 +55,9 @@ from schemas import (
 from schemas.codec import dumps, loads, peek
 from schemas.result import FieldProblem
 
+if TYPE_CHECKING:
+    from mesh.metrics.core import Metrics
+
 logger = logging.getLogger(__name__)
 
 #: how often a registry drops expired instance ids from the agents' sets
@@ -68,9 +71,19 @@ class RegistryService(Lifecycle):
     """One registry process. ``await start()``; ``await close()`` (idempotent)."""
 
     def __init__(
-        self, conn: MeshConnection, *, batch_window_s: float = 0.1, max_batch: int = 500
+        self,
+        conn: MeshConnection,
+        *,
+        batch_window_s: float = 0.1,
+        max_batch: int = 500,
+        metrics: Metrics | None = None,
     ) -> None:
         self.conn = conn
+        #: None: nothing recorded (MESH_METRICS_PORT unset); else `stats` and
+        #: `leases_live` are read at each scrape
+        self.metrics = metrics
+        #: live leases of the namespace, counted with each ``agent.leases`` event (metrics on)
+        self.leases_live: int | None = None
         self.settings = conn.settings
         self.topology = conn.topology
         self.registry_id = new_id()[:8]
@@ -123,6 +136,8 @@ class RegistryService(Lifecycle):
             asyncio.create_task(self._flush_loop(), name=f"registry-{self.registry_id}-beats"),
             asyncio.create_task(self._sweep_loop(), name=f"registry-{self.registry_id}-sweep"),
         ]
+        if self.metrics is not None:
+            self.metrics.watch("registry", self)
         logger.info(
             "registry %s consuming %s (lease_ttl_s=%s)",
             self.registry_id,
@@ -425,6 +440,8 @@ class RegistryService(Lifecycle):
                 if time.monotonic() - last_leases >= self.lease_event_s:
                     last_leases = time.monotonic()
                     await self.publish_leases()
+                    if self.metrics is not None:
+                        self.leases_live = int(await self.conn.redis.zcard(self.conn.keys.leases()))
                 if time.monotonic() - last_prune >= PRUNE_INTERVAL_S:
                     # forget instance ids whose hash expired (readers under access
                     # control may not write the sets: the registry keeps them small)
@@ -483,6 +500,8 @@ class RegistryService(Lifecycle):
     # --- shutdown ------------------------------------------------------------------------
     async def close(self) -> None:
         """Stop consuming, apply what is queued, stop the sweep, close channels. Idempotent."""
+        if self.metrics is not None:
+            self.metrics.unwatch("registry", self)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             queue, tag = consumer

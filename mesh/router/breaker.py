@@ -91,6 +91,11 @@ class BreakerBoard:
             b.failures = 0
         return self.state(agent_id)
 
+    def states(self) -> dict[str, State]:
+        """The state of every breaker that counted an outcome (for metrics: safe to call
+        from another thread, it reads a copy)."""
+        return {a: self.state(a) for a in list(self._breakers)}
+
     def blocked(self) -> set[str]:
         """Agents the router must not choose now (open, or half-open with a probe out)."""
         return {a for a in self._breakers if not self.allows(a)}

@@ -12,6 +12,7 @@ is not finished) is dropped and counted; callers accept Results only from a rout
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 from aio_pika.abc import AbstractIncomingMessage
 
@@ -70,8 +71,10 @@ class ResultForwarder(QueueConsumer):
             self.refused += 1
             logger.warning("result notice for task_id=%s refused: no Result stored", task_id)
             return
-        for waiter in await self.store.waiters(task_id):
-            await self._reply(waiter, stored)
+        tracing = self.publisher.tracing
+        with nullcontext() if tracing is None else tracing.relay(message.headers or {}):
+            for waiter in await self.store.waiters(task_id):
+                await self._reply(waiter, stored)
         await self.store.mark_replied(task_id)
         self.forwarded += 1
 

@@ -26,6 +26,7 @@ from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher, waiter, waiter_of
+from mesh.metrics.core import Metrics, dispatch_headers
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS, with_retries
 from mesh.router.feedback_consumer import FeedbackConsumer
@@ -128,6 +129,10 @@ def decision_event(
         agent_id=choice.agent_id if choice else None,
         data={
             "capability": envelope.capability[:500],
+            # where the task sits in its trace (`mesh trace` draws handoffs and budgets)
+            "parent_task_id": envelope.parent_task_id,
+            "hops": envelope.hops,
+            "deadline_ms": envelope.deadline_ms,
             "route": choice.route.model_dump() if choice else None,
             "excluded": list(envelope.excluded_agents),
             "timings": timings or {},
@@ -158,8 +163,16 @@ def death_reason(headers: dict[str, Any]) -> str:
 class RouterService(Lifecycle):
     """One router: `await start()`, then it consumes until `await close()`."""
 
-    def __init__(self, conn: MeshConnection, selector: Selector | None = None) -> None:
+    def __init__(
+        self,
+        conn: MeshConnection,
+        selector: Selector | None = None,
+        *,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.conn = conn
+        #: None: nothing recorded (MESH_METRICS_PORT unset)
+        self.metrics = metrics
         self.settings = conn.settings
         self.topology = conn.topology
         self.selector: Selector = selector or NoSelector()
@@ -207,9 +220,13 @@ class RouterService(Lifecycle):
             await self.results.start()
         if self.feedback is not None:
             await self.feedback.start()
+        if self.metrics is not None:
+            self.metrics.watch("router", self)
         logger.info("router consuming %s", self.topology.router_queue)
 
     async def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.unwatch("router", self)
         if self.feedback is not None:
             await self.feedback.close()
         if self.results is not None:
@@ -265,6 +282,8 @@ class RouterService(Lifecycle):
             await self.publisher.dead_letter(
                 "unroutable", message.body, details={"error": "router internal error"}
             )
+            if self.metrics is not None:
+                self.metrics.dead_lettered("unroutable")
         else:
             self.handled += 1
             self._outages = 0
@@ -300,6 +319,38 @@ class RouterService(Lifecycle):
         except InvalidEnvelope as exc:
             await self._invalid(exc, reply_to, correlation_id)
             return
+        routing = self._route(
+            envelope,
+            body,
+            headers,
+            routing_key,
+            redelivered=redelivered,
+            received=received,
+            reply_to=reply_to,
+            correlation_id=correlation_id,
+            user_id=user_id,
+        )
+        tracing = self.publisher.tracing
+        if tracing is None:
+            await routing
+        else:
+            with tracing.route(envelope, headers, self.router_id):
+                await routing
+
+    async def _route(
+        self,
+        envelope: TaskEnvelope,
+        body: bytes,
+        headers: dict[str, Any],
+        routing_key: str,
+        *,
+        redelivered: bool,
+        received: float,
+        reply_to: str | None,
+        correlation_id: str | None,
+        user_id: str | None,
+    ) -> None:
+        """`handle` once the body decoded (inside the ``mesh.route`` span when tracing)."""
         returned_from = self.topology.agent_of_routing_key(routing_key)
         #: a live agent whose queue held the dispatch past the accept timeout (a backlog)
         backlog: str | None = None
@@ -350,6 +401,8 @@ class RouterService(Lifecycle):
             choice = RouteChoice(backlog, returned.route or RouteInfo(strategy="target"))
         if ending is None and choice is None:
             ending = no_agent(envelope)
+        if returned_from is not None and not patient and self.metrics is not None:
+            self.metrics.rerouted(returned_from, reason)
         agent = choice.agent_id if choice is not None else ""
         dispatch = ("dispatched",) if choice is not None else ()
         if returned_from is not None:
@@ -375,7 +428,14 @@ class RouterService(Lifecycle):
             await self.end(envelope, body, *ending)
             return
         assert choice is not None
-        await self.dispatch(envelope, choice, body, received, patient=patient)
+        dispatching = self.dispatch(envelope, choice, body, received, patient=patient)
+        tracing = self.publisher.tracing
+        if tracing is None:
+            await dispatching
+        else:
+            exchange = self.topology.capabilities
+            with tracing.dispatch(envelope, choice.agent_id, choice.route, exchange):
+                await dispatching
 
     async def _refused_return(
         self,
@@ -438,6 +498,8 @@ class RouterService(Lifecycle):
             await self._reply(waiter_of(envelope), result)
         details = {"code": refusal.code, "message": refusal.message}
         await self.publisher.dead_letter("invalid", body, details=details)
+        if self.metrics is not None:
+            self.metrics.dead_lettered("invalid")
 
     async def _admit(
         self,
@@ -577,6 +639,7 @@ class RouterService(Lifecycle):
     ) -> None:
         """Publish a recorded dispatch (state ``dispatched`` already); on an unbound agent
         key, exclude that agent and choose again."""
+        metrics = self.metrics
         while True:
             left = self.time_left_ms(envelope)
             expiration = left if patient else min(self.settings.accept_timeout_ms, left)
@@ -584,13 +647,19 @@ class RouterService(Lifecycle):
             sent = envelope.model_copy(update={"route": choice.route})
             try:
                 await self.publisher.publish_envelope(
-                    self.topology.capabilities, key, sent, expiration_ms=expiration
+                    self.topology.capabilities,
+                    key,
+                    sent,
+                    expiration_ms=expiration,
+                    headers=None if metrics is None else dispatch_headers(),
                 )
                 break
             except PublishError:
                 logger.info(
                     "task_id=%s: no queue bound for agent=%s", envelope.task_id, choice.agent_id
                 )
+                if metrics is not None:
+                    metrics.rerouted(choice.agent_id, "unbound")
             envelope = envelope.model_copy(
                 update={
                     "excluded_agents": [*envelope.excluded_agents, choice.agent_id],
@@ -609,12 +678,17 @@ class RouterService(Lifecycle):
                 await self.end(envelope, raw, *(ending or no_agent(envelope)))
                 return
             choice = found
+            if self.publisher.tracing is not None:
+                self.publisher.tracing.chose(choice.agent_id, choice.route)
             moved = await self.store.advance(
                 envelope.task_id, "dispatched", by=self.router_id, agent_id=choice.agent_id
             )
             if moved is None:
                 return
-        route_ms = round((time.perf_counter() - received) * 1000, 3)
+        elapsed = time.perf_counter() - received
+        route_ms = round(elapsed * 1000, 3)
+        if metrics is not None:
+            metrics.dispatched(choice.agent_id, choice.route.strategy, elapsed)
         # only now, with the publish confirmed, does the dispatch count (breaker probe,
         # load, learning): a dispatch that did not happen leaves no trace in them
         self.selector.dispatched(sent, choice)
@@ -667,6 +741,8 @@ class RouterService(Lifecycle):
         if commit.status == "done":
             logger.info("task_id=%s already finished; %s dropped", envelope.task_id, code)
             return
+        if self.publisher.tracing is not None:
+            self.publisher.tracing.annotate(status=status, code=code)
         waiters = set(commit.waiters)
         own = waiter_of(envelope)
         if own:
@@ -680,6 +756,9 @@ class RouterService(Lifecycle):
             details={"code": code, "message": message, **(details or {})},
             task_id=envelope.task_id,
         )
+        if self.metrics is not None:
+            self.metrics.ended(status)
+            self.metrics.dead_lettered(reason)
         await self._emit(envelope, (status,), {"code": code, "message": message})
 
     async def _invalid(
@@ -699,6 +778,8 @@ class RouterService(Lifecycle):
             )
             await self._reply(waiter(reply_to, correlation_id), result)
         await self.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+        if self.metrics is not None:
+            self.metrics.dead_lettered("invalid")
 
     @staticmethod
     def time_left_ms(envelope: TaskEnvelope) -> int:

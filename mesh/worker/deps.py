@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mesh.config import Settings
 from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
@@ -18,6 +18,9 @@ from mesh.keys import Keys
 from mesh.messaging import Publisher
 from mesh.topology import Topology
 from schemas import Result, TaskEnvelope
+
+if TYPE_CHECKING:
+    from mesh.tracing.spans import Tracing
 
 
 class EffectStore(Protocol):
@@ -61,6 +64,8 @@ class TaskDeps:
     fence: Fence
     #: the client handoffs go through (opened on first use)
     client: Callable[[], Awaitable[HandoffClient]]
+    #: the worker's span hooks once started (None: ``MESH_OTEL=off``; `mesh.tracing`)
+    tracing: Callable[[], Tracing | None] = lambda: None
 
 
 @dataclass(frozen=True, slots=True)

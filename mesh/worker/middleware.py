@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesh.errors import MeshError
 from mesh.worker.context import TaskContext
 from mesh.worker.outcome import Outcome, check_output, outcome_of_error
 from schemas import Event, TaskEnvelope
+
+if TYPE_CHECKING:
+    from mesh.metrics.core import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +142,26 @@ class LoopAlertMiddleware(WorkerMiddleware):
         return await call_next(run)
 
 
+class MetricsMiddleware(WorkerMiddleware):
+    """Handler time by outcome (`Metrics.handled`), when the handler was called.
+
+    Built in when the worker has metrics, outside `DeadlineMiddleware` so that a handler
+    cancelled at its deadline counts too (as ``expired``); the worker's own middleware
+    runs inside it and is timed with the handler.
+    """
+
+    def __init__(self, metrics: Metrics, agent_id: str) -> None:
+        self.metrics = metrics
+        self.agent_id = agent_id
+
+    async def around_task(self, run: TaskRun, call_next: CallNext) -> Outcome:
+        started = time.perf_counter()
+        outcome = await call_next(run)
+        if run.executed:
+            self.metrics.handled(self.agent_id, outcome.kind, time.perf_counter() - started)
+        return outcome
+
+
 def handler_step(handler: Handler) -> CallNext:
     """The end of the chain: call `handler` and turn what it did into an `Outcome`."""
 
@@ -197,6 +221,7 @@ __all__ = [
     "CallNext",
     "DeadlineMiddleware",
     "LoopAlertMiddleware",
+    "MetricsMiddleware",
     "TaskRun",
     "WorkerMiddleware",
     "chain",

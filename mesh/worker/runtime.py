@@ -17,7 +17,7 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -42,6 +42,7 @@ from mesh.worker.middleware import (
     CallNext,
     DeadlineMiddleware,
     LoopAlertMiddleware,
+    MetricsMiddleware,
     TaskRun,
     WorkerMiddleware,
     chain,
@@ -50,6 +51,9 @@ from mesh.worker.middleware import (
 from mesh.worker.outcome import Outcome
 from mesh.worker.settle import Settler
 from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
+
+if TYPE_CHECKING:
+    from mesh.metrics.core import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +85,11 @@ class WorkerRuntime(Lifecycle):
         membership: Membership | None = None,
         middleware: Sequence[WorkerMiddleware] = (),
         grace_s: float = 30.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.agent = agent
+        #: None: nothing recorded (MESH_METRICS_PORT unset)
+        self.metrics = metrics
         self.conn = conn
         self.settings = conn.settings
         self.topology = conn.topology
@@ -102,12 +109,16 @@ class WorkerRuntime(Lifecycle):
             contexts=self.contexts,
             fence=self.membership,
             client=self.client,
+            tracing=lambda: self.publisher.tracing,
         )
         self.settler = Settler(
-            WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied)
+            WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied),
+            metrics,
         )
+        timing = [] if metrics is None else [MetricsMiddleware(metrics, agent.agent_id)]
         self.middleware: list[WorkerMiddleware] = [
             LoopAlertMiddleware(self.publisher.emit),
+            *timing,
             DeadlineMiddleware(),
             *middleware,
         ]
@@ -201,6 +212,8 @@ class WorkerRuntime(Lifecycle):
             tag = await queue.consume(functools.partial(self._on_message, band=band))
             self._consumers.append((queue, tag))
         await self.control.start()
+        if self.metrics is not None:
+            self.metrics.watch("worker", self)
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
 
     async def client(self) -> HandoffClient:
@@ -250,14 +263,25 @@ class WorkerRuntime(Lifecycle):
             await settler.duplicate(message)
             return
         self._running[envelope.task_id] = current_task()
+        tracing = self.publisher.tracing
+        try:
+            if tracing is None:
+                await self._attempt(message, envelope)
+            else:
+                ids = (self.agent.agent_id, self.instance_id)
+                with tracing.handle(envelope, message.headers or {}, *ids):
+                    await self._attempt(message, envelope)
+        finally:
+            self._running.pop(envelope.task_id, None)
+
+    async def _attempt(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
+        """Claim, run and settle a delivery; an outage or a bug on the way settles it too."""
         try:
             await self._claimed_run(message, envelope)
         except TRANSIENT_ERRORS:
-            await settler.outage(message, envelope)
+            await self.settler.outage(message, envelope)
         except Exception:
-            await settler.broken(message, envelope)
-        finally:
-            self._running.pop(envelope.task_id, None)
+            await self.settler.broken(message, envelope)
 
     async def _claimed_run(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
         received = time.monotonic()
@@ -285,7 +309,11 @@ class WorkerRuntime(Lifecycle):
             claim = await claim_it(holder)
         if claim.status != "claimed":
             await self.settler.claimed(message, envelope, claim)
+            if self.publisher.tracing is not None:
+                self.publisher.tracing.annotate(status=claim.status)
             return
+        if self.metrics is not None:
+            self.metrics.started(self.agent.agent_id, message.headers)
         if claim.recovered:
             logger.warning(
                 "task_id=%s: its record was lost and recovered (Redis lost its data?); it "
@@ -313,7 +341,13 @@ class WorkerRuntime(Lifecycle):
         if run.executed:
             self._settling[current_task()] = time.monotonic()
             timings = {"handler_ms": round((time.monotonic() - received) * 1000, 3)}
-        await asyncio.shield(self.settler.settle(message, envelope, outcome, timings, holder))
+        result = await asyncio.shield(
+            self.settler.settle(message, envelope, outcome, timings, holder)
+        )
+        if self.publisher.tracing is not None:
+            status = result.status if result is not None else _UNSETTLED[outcome.kind]
+            code = result.error.code if result is not None and result.error else None
+            self.publisher.tracing.annotate(status=status, code=code)
 
     async def _execute(self, run: TaskRun) -> Outcome:
         """The middleware chain around the agent's handler (built once, on first use)."""
@@ -363,6 +397,8 @@ class WorkerRuntime(Lifecycle):
         await self.drain()
 
     async def _release(self) -> None:
+        if self.metrics is not None:
+            self.metrics.unwatch("worker", self)
         await self.control.close()
         client, self._client = self._client, None
         if client is not None:
@@ -373,6 +409,16 @@ class WorkerRuntime(Lifecycle):
                 await channel.close()
         await self.replied.close()
         await self.publisher.close()
+
+
+#: what became of a run that sent no Result (`mesh.status` of its ``mesh.handle`` span)
+_UNSETTLED = {
+    "retry": "retrying",
+    "reject": "rerouting",
+    "completed": "handed_back",
+    "failed": "handed_back",
+    "expired": "handed_back",
+}
 
 
 def _pristine(message: AbstractIncomingMessage, envelope: TaskEnvelope) -> bool:

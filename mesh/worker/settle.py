@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
@@ -24,20 +24,27 @@ from mesh.worker.deps import WorkerDeps
 from mesh.worker.outcome import Outcome, nearest_delay, terminal_result, unstorable_result
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
 
+if TYPE_CHECKING:
+    from mesh.metrics.core import Metrics
+
 logger = logging.getLogger(__name__)
 
 
 class Settler:
     """Turns what became of a delivery into AMQP actions, for one worker instance."""
 
-    def __init__(self, deps: WorkerDeps) -> None:
+    def __init__(self, deps: WorkerDeps, metrics: Metrics | None = None) -> None:
         self.deps = deps
+        #: terminal statuses, end-to-end times, retries, dead letters (None: off)
+        self.metrics = metrics
         self.completed = 0
 
     # --- deliveries that end without a run ------------------------------------------------
     async def invalid(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
         """A body that does not decode: to `mesh.dead.invalid`, byte for byte."""
         await self.deps.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
+        if self.metrics is not None:
+            self.metrics.dead_lettered("invalid")
         await quietly(message.ack())
 
     async def duplicate(self, message: AbstractIncomingMessage) -> None:
@@ -189,6 +196,8 @@ class Settler:
             await deps.publisher.dead_letter(
                 reason, body, details=details, task_id=envelope.task_id
             )
+            if self.metrics is not None:
+                self.metrics.dead_lettered(reason)
         await self.deliver(envelope, result, commit.waiters)
         await quietly(message.ack())
         return result
@@ -214,6 +223,8 @@ class Settler:
             envelope.task_id, holder, "retrying", by=deps.instance_id, note=outcome.message
         )
         await quietly(message.ack())
+        if self.metrics is not None:
+            self.metrics.retried(deps.agent_id)
         await self._emit(
             envelope,
             "retrying",
@@ -284,6 +295,14 @@ class Settler:
         await self.reply_all(envelope, result, waiters)
         if result.status == "completed":
             self.completed += 1
+        if self.metrics is not None:
+            route = envelope.route
+            self.metrics.ended(
+                result.status,
+                self.deps.agent_id,
+                route.strategy if route is not None else "",
+                envelope.created_ms,
+            )
         await self.deps.publisher.emit(
             Event(
                 type=f"task.{result.status}",
