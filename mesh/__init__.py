@@ -22,6 +22,7 @@ from mesh.errors import (
     StaleFencingToken,
     UnknownTask,
 )
+from mesh.observer import Observer
 from mesh.topology import Topology
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
@@ -39,6 +40,7 @@ __all__ = [
     "MeshConnection",
     "MeshError",
     "NotStarted",
+    "Observer",
     "Outcome",
     "RegistryError",
     "RegistryUnavailable",

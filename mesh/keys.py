@@ -111,8 +111,13 @@ class Keys:
         return f"{self.namespace}:trace-visits:{trace_id}"
 
     def trace(self, trace_id: str) -> str:
-        """List: events of one trace (observer)."""
+        """Sorted set: events of one trace (observer), the encoded event scored by its ts_ms
+        (two observers storing one event store it once)."""
         return f"{self.namespace}:trace:{trace_id}"
+
+    def observer_figures(self, name: str) -> str:
+        """String with TTL: the last per-agent figures of observer `name` (`mesh stats`)."""
+        return f"{self.namespace}:observer-figures:{name}"
 
     def context(self, trace_id: str, version: int) -> str:
         """String: one version of a trace's shared context."""

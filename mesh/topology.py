@@ -284,6 +284,28 @@ class Topology:
         """Exclusive, auto-delete queue one router collects bids on."""
         return f"{self.namespace}.bids.{collector_id}"
 
+    def observer_queue_prefix(self, user: str) -> str:
+        """Queues an observer logged in as `user` declares for itself: ``<ns>.observer.<user>.``"""
+        return f"{self.namespace}.observer.{user}."
+
+    def observer_queue(self, user: str, name: str) -> str:
+        """Durable queue of the observers named `name` (`Settings.observer_name`)."""
+        return f"{self.observer_queue_prefix(user)}{name}"
+
+    def observer_spec(self, user: str, name: str, max_length: int) -> TopologySpec:
+        """The observer's queue, bound to every event (``#``), bounded: when the observer
+        is behind, the oldest events are dropped (publishers are never held up)."""
+        queue = self.observer_queue(user, name)
+        args = {
+            **self._queue_args(priority=False),
+            "x-max-length": max_length,
+            "x-overflow": "drop-head",
+        }
+        return TopologySpec(
+            queues=(QueueSpec(queue, args),),
+            bindings=(BindingSpec(self.events, queue, "#"),),
+        )
+
     def retry_queue(self, delay_ms: int) -> str:
         return f"{self.namespace}.retry.{delay_ms}"
 

@@ -202,8 +202,8 @@ class FutureNames:
         return self.topology.reply_queue(f"{user}.")
 
     def observer_queue_prefix(self, user: str) -> str:
-        """Queues an observer declares for itself: ``<ns>.observer.<user>.<id>``."""
-        return f"{self._ns}.observer.{user}."
+        """Queues an observer declares for itself: `Topology.observer_queue`."""
+        return self.topology.observer_queue_prefix(user)
 
     def reply_key_prefix(self, user: str | None = None) -> str:
         """Reply keys of `user` (None: every reply key)."""
@@ -343,6 +343,8 @@ _SENTINEL = "\x00"
 #: Lua roles: everything but @dangerous, and no way to load or flush server-side code
 _LUA_COMMANDS = ("-@all", "+@all", "-@dangerous", "-function", "-script|flush", "-script|kill")
 _READ_ONLY_COMMANDS = ("-@all", "+@read", "+@connection", "-@dangerous", "-@scripting")
+#: an observer reads, and writes its own keys (no Lua: it runs no script)
+_OBSERVER_COMMANDS = ("-@all", "+@read", "+@write", "+@connection", "-@dangerous", "-@scripting")
 #: a client runs no Redis command but PING: `connect` checks that Redis answers
 _NO_COMMANDS = ("-@all", "+ping")
 
@@ -383,6 +385,7 @@ def redis_key_patterns(namespace: str) -> dict[str, str]:
         "context": k.context(s, 0),
         "context_version": k.context_version(s),
         "side_effect": k.side_effect(s),
+        "observer_figures": k.observer_figures(s),
     }
     return {name: _key_glob(value) for name, value in built.items()}
 
@@ -433,7 +436,9 @@ def redis_acl(kind: RoleKind, namespace: str) -> RedisAcl:
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)
     if kind == "observer":
-        return RedisAcl(_READ_ONLY_COMMANDS, ("%R~" + glob_escape(namespace) + ":*",))
+        # reads everything of the namespace; writes only the traces and figures it keeps
+        own = ("~" + patterns["trace"], "~" + patterns["observer_figures"])
+        return RedisAcl(_OBSERVER_COMMANDS, ("%R~" + glob_escape(namespace) + ":*", *own))
     if kind == "admin":
         return RedisAcl(_LUA_COMMANDS, ("~" + glob_escape(namespace) + ":*",))
     rw, ro = REDIS_KEYS[kind]
@@ -555,9 +560,10 @@ def grant_for(
         case "observer":
             own = [starting(f.observer_queue_prefix(user))]
             configure = own
-            write = own
+            # it publishes its alerts (``alert.*``) and nothing else
+            write = [lit(t.events), *own]
             read = [lit(t.events), *own]
-            topics = [TopicPermission(t.events, NOTHING, ".*")]
+            topics = [TopicPermission(t.events, anchored([_events_of("alert")]), ".*")]
     default_conn, default_chan = DEFAULT_LIMITS[role.kind]
     return Grant(
         role=role,

@@ -281,7 +281,7 @@ async def test_the_worker_redis_user_runs_scripts_on_task_keys_only(
 
 
 # --- observers, services, limits, policy ----------------------------------------------------
-async def test_the_observer_reads_events_and_redis_but_writes_nothing(
+async def test_the_observer_reads_events_and_redis_and_writes_only_its_own(
     mesh_access: Provisioned,
     login: Opener,
     redis_login: Callable[[Credentials], redis_asyncio.Redis],
@@ -296,9 +296,17 @@ async def test_the_observer_reads_events_and_redis_but_writes_nothing(
     router_queue = await channel.get_queue(topology.router_queue, ensure=False)
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
         await router_queue.consume(_ignore)
+    events = await channel.get_exchange(topology.events, ensure=False)
+    await events.publish(aio_pika.Message(b"{}"), routing_key="alert.loop")
+    with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
+        await events.publish(aio_pika.Message(b"{}"), routing_key="agent.down")
     client = redis_login(mesh_access.creds(observer))
-    task = Keys(mesh_access.scope.namespace).task(uuid.uuid4().hex)
+    keys = Keys(mesh_access.scope.namespace)
+    task = keys.task(uuid.uuid4().hex)
     assert await client.hgetall(task) == {}
+    trace = keys.trace(uuid.uuid4().hex)
+    assert await client.zadd(trace, {"event": 1}) == 1  # the traces it keeps
+    await client.delete(trace)
     for command in (client.hset(task, "state", "x"), client.eval("return 1", 0)):
         with pytest.raises(NoPermissionError):
             await command

@@ -219,6 +219,9 @@ def test_an_observer_reads_events_and_its_own_queues_only() -> None:
     own = FutureNames(TOPOLOGY).observer_queue_prefix(SCOPE.user(Role("observer", "ops"))) + "q"
     assert matches(g.read, TOPOLOGY.events) and matches(g.read, own)
     assert not matches(g.read, TOPOLOGY.router_queue) and not matches(g.write, TOPOLOGY.ingress)
+    write, _ = topic(g, TOPOLOGY.events)  # its alerts, nothing that steers routing
+    assert matches(write, "alert.no_match") and not matches(write, "task.completed")
+    assert not matches(write, "agent.down") and not matches(write, "route.feedback")
 
 
 def test_admin_owns_the_namespace_and_nothing_else() -> None:
@@ -253,10 +256,14 @@ def test_the_worker_runs_lua_on_task_keys_but_nothing_dangerous() -> None:
     assert not any(":fence:" in k or ":agent:" in k for k in acl.keys)
 
 
-def test_the_observer_reads_only_and_runs_no_scripts() -> None:
+def test_the_observer_reads_all_writes_its_traces_and_runs_no_scripts() -> None:
     acl = redis_acl("observer", NS)
     assert not acl.scripting and "-@scripting" in acl.commands
-    assert acl.keys == ("%R~acme.prod:*",)
+    assert acl.keys == (
+        "%R~acme.prod:*",
+        "~acme.prod:trace:*",
+        "~acme.prod:observer-figures:*",
+    )
 
 
 def test_redis_patterns_escape_glob_characters() -> None:
