@@ -12,6 +12,11 @@ if [ "$#" -gt 0 ]; then # the tests you name, as you name them
   exit
 fi
 echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster"
+# the same mesh tests again, each component under its own provisioned broker and Redis
+# user with access control on (tests/access_mode.py lists the modules and says how)
+echo "== pytest access control on"
+mapfile -t access_modules < <(.venv/bin/python -c 'from tests.access_mode import MODULES; print("\n".join(MODULES))')
+MESH_TEST_ACCESS_CONTROL=1 .venv/bin/python -m pytest -q -m "not cluster" "${access_modules[@]}"
 if [ "${MESH_SKIP_CLUSTER:-0}" = 1 ]; then
   echo "== pytest cluster: skipped (MESH_SKIP_CLUSTER=1)"
 else

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from mesh.access.roles import Role
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.management import Management
+from tests import access_mode
 
 Cleanup = Callable[[Callable[[], Any]], None]
 
@@ -32,6 +34,16 @@ async def wait_until(
         if loop.time() >= end:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         await asyncio.sleep(interval)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In the access-control mode, skip what only means something without it."""
+    if not access_mode.ENABLED:
+        return
+    for item in items:
+        marker = item.get_closest_marker("access_off")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason=f"access control on: {marker.args[0]}"))
 
 
 @pytest.fixture
@@ -93,18 +105,32 @@ async def spawn() -> AsyncIterator[Callable[[Awaitable[Any]], asyncio.Task[Any]]
 async def mesh_env(
     settings: Settings, request: pytest.FixtureRequest
 ) -> AsyncIterator[Callable[..., Awaitable[MeshConnection]]]:
-    """Open connections named after the test; at teardown delete the namespace everywhere."""
+    """Open connections named after the test; at teardown delete the namespace everywhere.
+
+    In the access-control mode (`tests.access_mode`) they log in as the namespace's admin.
+    """
     opened: list[MeshConnection] = []
+    mode = await access_mode.AccessMode.start(settings) if access_mode.ENABLED else None
+    if mode is not None:
+        access_mode.register(mode)
 
     async def open_conn(name: str = "") -> MeshConnection:
-        conn = await connect(settings, name=f"{request.node.nodeid}{name}")
+        label = f"{request.node.nodeid}{name}"
+        if mode is not None:
+            conn = await mode.open(Role("admin"), label)
+        else:
+            conn = await connect(settings, name=label)
         opened.append(conn)
         return conn
 
     yield open_conn
     for conn in reversed(opened):
         await conn.close()
-    await purge(settings)
+    if mode is None:
+        await purge(settings)
+    else:
+        access_mode.unregister(mode)
+        await mode.close()
 
 
 async def purge(settings: Settings) -> None:

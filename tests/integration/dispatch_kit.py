@@ -8,12 +8,15 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
 
+from mesh.access.roles import Role
 from mesh.connection import MeshConnection
 from mesh.router.service import RouteChoice, RouterService, Selector
 from mesh.worker.agent import Agent
 from mesh.worker.membership import Membership
 from mesh.worker.runtime import WorkerRuntime
 from schemas import Event, RouteInfo, TaskEnvelope, decode
+from tests import access_mode
+from tests.access_mode import tap_queue_name
 
 
 class OrderedSelector:
@@ -53,6 +56,11 @@ async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:
 async def start_router(
     conn: MeshConnection, add_cleanup: Any, selector: Selector | None = None
 ) -> RouterService:
+    mode = access_mode.of(conn)
+    if mode is not None:  # the router under its own user (tests.access_mode)
+        await mode.declare(conn)
+        conn = await mode.open(Role("router"), "router", conn.settings)
+        add_cleanup(conn.close)
     router = RouterService(conn, selector)
     await router.start()
     add_cleanup(router.close)
@@ -67,6 +75,11 @@ async def start_worker(
     instance_id: str | None = None,
     membership: Membership | None = None,
 ) -> WorkerRuntime:
+    mode = access_mode.of(conn)
+    if mode is not None:  # the agent under its worker user (tests.access_mode)
+        await mode.declare(conn, agent.agent_id)
+        conn = await mode.open(Role("worker", agent.agent_id), agent.agent_id, conn.settings)
+        add_cleanup(conn.close)
     worker = WorkerRuntime(agent, conn, instance_id=instance_id, membership=membership)
     await worker.start()
     add_cleanup(lambda: worker.drain(grace_s=2))
@@ -114,7 +127,8 @@ class EventTap:
         tap = cls()
         channel = await conn.channel(confirms=False)
         add_cleanup(channel.close)
-        queue = await channel.declare_queue(exclusive=True)
+        # named in the namespace: an admin under access control may declare only there
+        queue = await channel.declare_queue(tap_queue_name(conn), exclusive=True)
         await queue.bind(conn.topology.events, routing_key=pattern)
 
         async def on_event(message: aio_pika.abc.AbstractIncomingMessage) -> None:

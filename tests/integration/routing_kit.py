@@ -9,6 +9,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
+from mesh.access.roles import Role
 from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.selector import SemanticSelector
@@ -16,6 +17,8 @@ from mesh.router.service import RouterService
 from mesh.services import Stop, build_selector, start_registry, start_worker
 from mesh.worker.agent import Agent
 from schemas import Event, TaskEnvelope, decode
+from tests import access_mode
+from tests.access_mode import tap_queue_name
 
 
 @dataclass
@@ -28,18 +31,31 @@ class SemanticMesh:
     _stop_router: list[Stop] = field(default_factory=list)
 
     async def start(self, *agents: Agent) -> SemanticMesh:
-        self.stops.append(await start_registry(self.conn))
+        self.stops.append(await start_registry(await self._as(Role("registry"), self.stops)))
         await self.start_router()
         for agent in agents:
             await self.add_worker(agent)
         return self
 
+    async def _as(self, role: Role, stops: list[Stop]) -> MeshConnection:
+        """The connection a component of `role` runs on: the test's own, or in the
+        access-control mode (`tests.access_mode`) one of the role's user, closed after it."""
+        mode = access_mode.of(self.conn)
+        if mode is None:
+            return self.conn
+        await mode.declare(self.conn, role.name if role.kind == "worker" else None)
+        conn = await mode.open(role, role.label, self.conn.settings)
+        stops.append(conn.close)
+        return conn
+
     async def start_router(self) -> SemanticSelector:
-        selector, stop_selector = await build_selector(self.conn, self.embedder)
-        router = RouterService(self.conn, selector)
+        stops: list[Stop] = []
+        conn = await self._as(Role("router"), stops)
+        selector, stop_selector = await build_selector(conn, self.embedder)
+        router = RouterService(conn, selector)
         await router.start()
         self.selector, self.router = selector, router
-        self._stop_router = [stop_selector, router.close]
+        self._stop_router = [*stops, stop_selector, router.close]
         return selector
 
     async def stop_router(self) -> None:
@@ -48,7 +64,8 @@ class SemanticMesh:
         self._stop_router = []
 
     async def add_worker(self, agent: Agent) -> None:
-        self.stops.append(await start_worker(self.conn, agent, grace_s=2))
+        conn = await self._as(Role("worker", agent.agent_id), self.stops)
+        self.stops.append(await start_worker(conn, agent, grace_s=2))
         assert self.selector is not None
         await self.selector.wait_routable([agent.agent_id], timeout=15)
 
@@ -91,7 +108,7 @@ class EventTap:
 
     async def start(self) -> EventTap:
         channel = await self.conn.channel(confirms=False)
-        self._queue = await channel.declare_queue(exclusive=True, auto_delete=True)
+        self._queue = await channel.declare_queue(tap_queue_name(self.conn), exclusive=True)
         for p in self.patterns:
             await self._queue.bind(self.conn.topology.events, routing_key=p)
         await self._queue.consume(self._on, no_ack=True)

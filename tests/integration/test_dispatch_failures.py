@@ -177,6 +177,7 @@ async def test_deadline_passing_in_the_agent_queue_expires_through_the_router(
     assert await conn.redis.get(conn.keys.side_effect(f"runs:{result.task_id}")) is None
 
 
+@pytest.mark.access_off("the test plays the router; Results reach callers through one")
 async def test_deadline_passed_before_the_worker_took_it_is_not_executed(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:

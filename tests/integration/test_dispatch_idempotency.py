@@ -125,6 +125,9 @@ async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
         await b_member.stop()
 
 
+@pytest.mark.access_off(
+    "the test sends Results by hand; with it on a client believes only a router (test_access_mesh)"
+)
 async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
     conn: MeshConnection, add_cleanup: Any
 ) -> None:

@@ -147,6 +147,9 @@ def settings(namespace: str) -> Settings:
     return Settings.from_env(namespace=namespace, max_payload_bytes=4096, prefetch=256)
 
 
+@pytest.mark.access_off(
+    "a server-named reply queue; with it on a caller replies into a queue of its own user"
+)
 async def test_malformed_bodies_are_answered_and_dead_lettered(
     conn: MeshConnection, add_cleanup: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -38,6 +38,9 @@ async def test_worker_cancels_a_handler_at_the_maximum_lifetime(
     assert result.error is not None and result.error.code == "lifetime_exceeded"
 
 
+@pytest.mark.access_off(
+    "a server-named reply queue; with it on a caller replies into a queue of its own user"
+)
 async def test_reaper_fails_an_orphan_and_answers_its_callers(
     conn: MeshConnection, settings: Settings, add_cleanup: Any
 ) -> None:

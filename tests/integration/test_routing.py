@@ -143,7 +143,7 @@ async def test_fallback_takes_what_nobody_matches_with_low_confidence(
     conn: MeshConnection, embedder: Embedder, mesh_env: Any, settings: Settings
 ) -> None:
     conn2 = await mesh_env("-fallback")
-    conn2.settings = settings.model_copy(update={"fallback_agent": "helpdesk"})
+    conn2.settings = conn2.settings.model_copy(update={"fallback_agent": "helpdesk"})
     m = SemanticMesh(conn2, embedder)
     try:
         await m.start(REFUNDS, agent("helpdesk", "General help desk."))
@@ -226,7 +226,7 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
     conn: MeshConnection, embedder: Embedder, mesh_env: Any, settings: Settings
 ) -> None:
     conn2 = await mesh_env("-breaker")
-    conn2.settings = settings.model_copy(
+    conn2.settings = conn2.settings.model_copy(
         update={"breaker_open_s": 1.0, "breaker_min_calls": 3, "breaker_window_s": 30.0}
     )
     healthy = asyncio.Event()
@@ -282,6 +282,9 @@ def _outcomes(m: SemanticMesh) -> int:
     return m.selector.ledger.outcomes()
 
 
+@pytest.mark.access_off(
+    "the caller is the admin; feedback counts only from a client user (test_access_feedback)"
+)
 async def test_feedback_teaches_and_penalises(mesh: SemanticMesh, conn: MeshConnection) -> None:
     await mesh.start(REFUNDS, LOGISTICS)
     async with MeshClient(conn) as client:
@@ -300,6 +303,7 @@ async def test_feedback_teaches_and_penalises(mesh: SemanticMesh, conn: MeshConn
     assert loaded.bad == 1 and loaded.good == 1
 
 
+@pytest.mark.access_off("runs the CLI with the default login")
 async def test_mesh_explain_prints_the_ranked_table(mesh: SemanticMesh, settings: Settings) -> None:
     await mesh.start(REFUNDS, LOGISTICS)
     proc = await asyncio.create_subprocess_exec(
