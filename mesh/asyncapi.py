@@ -27,6 +27,7 @@ import orjson
 from mesh.client import REPLY_QUEUE_EXPIRES_MS
 from mesh.config import Settings
 from mesh.dispatch.states import STATES
+from mesh.observer.alerts import ALERT_KINDS
 from mesh.registry.events import AGENT_DOWN, AGENT_EVENTS, AGENT_LEASES, AGENT_UP
 from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS
 from mesh.topology import (
@@ -84,7 +85,12 @@ PARAMETER_DOCS: dict[str, str] = {
 }
 
 #: events published besides ``task.<state>`` and the registry's ``agent.*``
-OTHER_EVENTS: tuple[str, ...] = ("route.decision", "route.feedback", LEARNED_EVENT, "alert.loop")
+OTHER_EVENTS: tuple[str, ...] = (
+    "route.decision",
+    "route.feedback",
+    LEARNED_EVENT,
+    *(f"alert.{kind}" for kind in ALERT_KINDS),
+)
 
 _PARAM = re.compile(r"{([A-Za-z]+)}")
 
@@ -837,6 +843,14 @@ def operations(topology: Topology, channel_ids: Mapping[str, Any]) -> dict[str, 
             ["deadLetter"],
             "Invalid registry messages",
             tag="registry",
+        ),
+        # observer (mesh observer)
+        "observer.sendAlert": _operation(
+            "send",
+            "exchange.events",
+            ["event"],
+            "alert.* raised and cleared (its queue: <ns>.observer.<user>.<name>, bound on #)",
+            tag="observer",
         ),
         # operator (mesh dlq)
         "operator.sendReplay": _operation(

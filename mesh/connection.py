@@ -42,6 +42,7 @@ from mesh.keys import Keys
 from mesh.lifecycle import Lifecycle
 from mesh.redis_pool import redis_client
 from mesh.topology import Topology
+from schemas import new_id
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +223,13 @@ class FailoverConnection(aio_pika.RobustConnection):
             self.failovers += 1
             logger.warning("RabbitMQ node %s unavailable; next attempt: %s", lost, self)
         await super()._on_connection_close(closing)
+
+
+def process_queue_id() -> str:
+    """The id of a queue one process declares for itself (selector, bids, snapshot):
+    ``<host>-<pid>-<random>``, so a person in the management UI sees whose it is."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname())[:40].strip("-") or "host"
+    return f"{host}-{os.getpid()}-{new_id()[:6]}"
 
 
 class MeshConnection(Lifecycle):

@@ -42,6 +42,15 @@ from mesh.worker.middleware import LOOP_VISITS
 from schemas import Event
 
 AlertState = Literal["raised", "cleared"]
+#: every alert the observer raises, as ``alert.<kind>`` events (README "Alerts")
+ALERT_KINDS: tuple[str, ...] = (
+    "loop",
+    "no_match",
+    "arbitration",
+    "flapping",
+    "dead_letters",
+    "no_consumer",
+)
 #: who found the condition: this observer, or a worker whose alert it relays
 Source = Literal["observer", "worker"]
 #: the strategies a no-match is made of: nothing chosen (None) or the fallback agent

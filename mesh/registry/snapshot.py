@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from mesh.access.trust import EventTrust
-from mesh.connection import MeshConnection
+from mesh.connection import MeshConnection, process_queue_id
 from mesh.lifecycle import Lifecycle
 from mesh.registry.events import (
     AGENT_DOWN,
@@ -43,7 +43,7 @@ from mesh.registry.events import (
 )
 from mesh.registry.state import AgentState, load_state
 from mesh.tasks import raise_if_cancelling
-from schemas import Event, new_id, now_ms
+from schemas import Event, now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class AgentSnapshot(Lifecycle):
 
     def __init__(self, conn: MeshConnection, *, snapshot_id: str | None = None) -> None:
         self.conn = conn
-        self.snapshot_id = snapshot_id or new_id()[:12]
+        self.snapshot_id = snapshot_id or process_queue_id()
         self.version = 0
         self._agents: dict[str, AgentState] = {}
         #: monotonic time each instance was last changed by an event (resync merge rule)

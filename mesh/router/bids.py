@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.access.roles import AccessScope
-from mesh.connection import MeshConnection
+from mesh.connection import MeshConnection, process_queue_id
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, new_id, now_ms
+from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class BidCollector(Lifecycle):
         if self._queue is not None:
             return
         self._channel = await self.conn.channel(confirms=False)
-        collector_id = new_id()[:12]
+        collector_id = process_queue_id()
         self._queue = await self._channel.declare_queue(
             self.topology.bid_queue(collector_id), exclusive=True, auto_delete=True
         )

@@ -30,7 +30,7 @@ import numpy as np
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from mesh.access.trust import EventTrust
-from mesh.connection import MeshConnection
+from mesh.connection import MeshConnection, process_queue_id
 from mesh.messaging import Publisher
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.registry.state import AgentState
@@ -40,7 +40,7 @@ from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, OutcomeLedger
 from mesh.router.vectors import VectorCache
 from mesh.tasks import raise_if_cancelling
-from schemas import Event, InvalidEnvelope, decode, new_id, now_ms
+from schemas import Event, InvalidEnvelope, decode, now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class IndexKeeper:
         self.index = index
         self.ledger = ledger
         self.publisher = publisher
-        self.keeper_id = new_id()[:12]
+        self.keeper_id = process_queue_id()
         self.vectors = VectorCache(conn.redis, conn.keys, embedder)
         self.memory: ExampleMemory = ledger.memory
         self._registered: dict[str, Any] = {}
