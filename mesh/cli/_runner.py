@@ -69,10 +69,14 @@ async def serve(settings: Settings, name: str, starter: Starter) -> int:
             await asyncio.gather(starting, return_exceptions=True)
             return 130
         stop = starting.result()
-        print(f"{name} running (namespace {settings.namespace}); Ctrl-C to stop", flush=True)
+        # one start and one stop line: the namespace, and the connection name the
+        # management UI shows for this process (<namespace>/<role>/<host>:<pid>)
+        where = f"namespace {settings.namespace}, connection {conn.connection_name}"
+        print(f"{name} running ({where}); Ctrl-C to stop", flush=True)
         await stop_event.wait()
         logger.info("%s stopping", name)
         await stop()
+        print(f"{name} stopped ({where})", flush=True)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError, RuntimeError):

@@ -38,16 +38,34 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_health)
 
 
+def add_check_flag(parser: argparse.ArgumentParser, role: str) -> None:
+    """The ``--check`` of a service command: `mesh health` for its role, then exit."""
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help=f"do not run: exit 0 when a {role} is connected and consuming here, else 1 "
+        f"(as mesh health {role})",
+    )
+
+
 def _health(args: argparse.Namespace, settings: Settings) -> int:
     if args.role == "worker" and not args.agent:
         raise UsageError("mesh health worker needs the agent id: mesh health worker AGENT")
+    return probe(settings, args.role, [args.agent] if args.agent else [], args.instance)
 
-    async def go() -> str:
+
+def probe(settings: Settings, role: str, agents: list[str], instance: str | None = None) -> int:
+    """Print whether `role` is served (each of `agents` for a worker); the exit code."""
+
+    async def go() -> list[str]:
         async with await connect(settings, name="mesh-health") as conn:
-            return await check(conn, args.role, args.agent, args.instance)
+            if role != "worker":
+                return [await check(conn, role, None, None)]
+            return [await check(conn, role, agent, instance) for agent in agents]
 
     try:
-        print(f"healthy: {asyncio.run(go())}")
+        for line in asyncio.run(go()):
+            print(f"healthy: {line}")
     except Unhealthy as exc:
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1

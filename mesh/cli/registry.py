@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mesh.cli._runner import run_serve
+from mesh.cli.health import add_check_flag, probe
 from mesh.cli.run import with_metrics
 from mesh.config import Settings
 from mesh.connection import MeshConnection
@@ -17,10 +18,13 @@ def register(sub: Any) -> None:
         "registry",
         help="run a registry (consumer of the registry queue; run several for availability)",
     )
+    add_check_flag(p, "registry")
     p.set_defaults(func=_registry)
 
 
 def _registry(args: argparse.Namespace, settings: Settings) -> int:
+    if args.check:
+        return probe(settings, "registry", [])
     from mesh.services import start_registry
 
     async def starter(conn: MeshConnection) -> Callable[[], Awaitable[None]]:

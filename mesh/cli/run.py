@@ -10,6 +10,7 @@ from typing import Any
 
 from mesh.cli._args import int_range, positive_float, require_router_stack
 from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
+from mesh.cli.health import add_check_flag, probe
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.errors import ConfigError
@@ -24,6 +25,7 @@ Stop = Callable[[], Awaitable[None]]
 
 def register(sub: Any) -> None:
     p = sub.add_parser("router", help="run a router (competing consumer of the ingress queue)")
+    add_check_flag(p, "router")
     p.set_defaults(func=_router)
     p = sub.add_parser(
         "worker",
@@ -58,6 +60,7 @@ def register(sub: Any) -> None:
         default=30.0,
         help="seconds in-flight tasks get to finish on shutdown (default 30)",
     )
+    add_check_flag(p, "worker")
     p.set_defaults(func=_worker)
 
 
@@ -86,6 +89,8 @@ async def with_metrics(
 
 
 def _router(args: argparse.Namespace, settings: Settings) -> int:
+    if args.check:
+        return probe(settings, "router", [])
     require_router_stack()
     from mesh.services import start_router
 
@@ -153,6 +158,8 @@ def _worker(args: argparse.Namespace, settings: Settings) -> int:
         concurrency=args.concurrency,
         instance_id=args.instance_id,
     )
+    if args.check:
+        return probe(settings, "worker", [a.agent_id for a in agents], args.instance_id)
 
     async def starter(conn: MeshConnection) -> Stop:
         return await with_metrics(

@@ -21,7 +21,8 @@ from tests.integration.dispatch_kit import declare_idle_agents, start_router
 
 pytestmark = pytest.mark.integration
 
-MESH = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "mesh")
+ROOT = Path(__file__).resolve().parents[2]
+MESH = str(ROOT / ".venv" / "bin" / "mesh")
 
 
 async def _healthy(conn: MeshConnection, *args: Any) -> bool:
@@ -76,3 +77,29 @@ async def test_health_follows_the_consumers(
         text=True,
     )
     assert done.returncode == 1 and "unhealthy: no router consumes" in done.stderr, done
+
+
+async def test_each_service_command_probes_its_role_with_check(
+    conn: MeshConnection, add_cleanup: Any, tmp_path: Path
+) -> None:
+    """``mesh registry --check`` (and router, worker) is the same probe: it runs nothing."""
+    await declare_idle_agents(conn, "effect")
+    env = {**os.environ, "MESH_NAMESPACE": conn.settings.namespace}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [MESH, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+
+    done = await asyncio.to_thread(run, "registry", "--check")
+    assert done.returncode == 1 and "unhealthy:" in done.stderr, done
+    add_cleanup(await start_registry(conn))
+    await _wait(conn, True, "registry", None, None)
+    done = await asyncio.to_thread(run, "registry", "--check")
+    assert done.returncode == 0 and done.stdout.startswith("healthy: "), done
+    done = await asyncio.to_thread(run, "router", "--check")
+    assert done.returncode == 1 and "no router consumes" in done.stderr, done
+    done = await asyncio.to_thread(
+        run, "worker", "agents.support:refunds", "--check", "--app-dir", str(ROOT)
+    )
+    assert done.returncode == 1 and "support.refunds" in done.stderr, done

@@ -266,10 +266,12 @@ async def test_mesh_observer_runs_and_stops_cleanly_on_ctrl_c(
     started = (await asyncio.wait_for(proc.stdout.readline(), timeout=30)).decode()
     assert f"started (namespace {conn.settings.namespace}, name cli)" in started
     assert conn.topology.observer_queue("guest", "cli") in started
-    running = await asyncio.wait_for(proc.stdout.readline(), timeout=10)
-    assert b"running" in running
+    running = (await asyncio.wait_for(proc.stdout.readline(), timeout=10)).decode()
+    # the service's own line: namespace and the connection the management UI shows
+    where = f"(namespace {conn.settings.namespace}, connection {conn.settings.namespace}/observer/"
+    assert running.startswith(f"mesh-observer running {where}"), running
     proc.send_signal(signal.SIGINT)
     out, err = await asyncio.wait_for(proc.communicate(), timeout=20)
     assert proc.returncode == 0, err
-    assert "stopped (namespace" in out.decode()
+    assert "events, " in out.decode() and f"mesh-observer stopped {where}" in out.decode()
     assert (tmp_path / "logs" / "trace.jsonl").exists()
