@@ -222,7 +222,7 @@ async def test_topic_permissions_refuse_a_worker_forging_agent_events_or_binding
     creds = mesh_access.creds(Role("worker", AGENT_A))
     conn = await login(creds)
     channel = await conn.channel(publisher_confirms=True)
-    events = await channel.get_exchange(topology.events, ensure=False)
+    events = await (await conn.channel()).get_exchange(topology.events, ensure=False)
     await events.publish(aio_pika.Message(b"{}"), routing_key="task.completed")  # allowed
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused) as info:
         await events.publish(aio_pika.Message(b"{}"), routing_key="agent.down")
@@ -296,7 +296,7 @@ async def test_the_observer_reads_events_and_redis_and_writes_only_its_own(
     router_queue = await channel.get_queue(topology.router_queue, ensure=False)
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
         await router_queue.consume(_ignore)
-    events = await channel.get_exchange(topology.events, ensure=False)
+    events = await (await conn.channel()).get_exchange(topology.events, ensure=False)
     await events.publish(aio_pika.Message(b"{}"), routing_key="alert.loop")
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
         await events.publish(aio_pika.Message(b"{}"), routing_key="agent.down")

@@ -1,4 +1,6 @@
-"""`bench/load.py --tiny` runs end to end: the raw pipeline, then the mesh, and its JSON."""
+"""`bench/load.py --tiny` runs end to end: the raw pipeline, then the mesh, and its JSON;
+with ``--metrics on,off`` one mesh with /metrics and one without in one run (the routers'
+endpoints were really on: they counted the dispatches), and the cost is printed."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
+def run_load(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``bench/load.py --tiny ARGS``, its results in `tmp_path`; it must succeed."""
     done = subprocess.run(
         [
             str(ROOT / ".venv" / "bin" / "python"),
             "bench/load.py",
             "--tiny",
+            *args,
             "--results-dir",
             str(tmp_path),
         ],
@@ -28,6 +32,11 @@ def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
         timeout=170,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
+    done = run_load(tmp_path)
     assert "closed loop" in done.stdout
     doc = json.loads((tmp_path / "load-latest.json").read_text())
     kinds = {row["kind"] for row in doc["open_loop"]}
@@ -37,3 +46,17 @@ def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
     mesh_closed = [c for c in doc["closed_loop"] if c["kind"] == "mesh"]
     assert mesh_closed and all(c["ratio_to_raw"] for c in mesh_closed)
     assert len(list(tmp_path.glob("load-*.json"))) == 2
+
+
+def test_tiny_load_run_with_metrics_on_and_off(tmp_path: Path) -> None:
+    done = run_load(tmp_path, "--skip-raw", "--modes", "target", "--metrics", "on,off")
+    assert "metrics cost, mesh n4 r1 target: on " in done.stdout
+    doc = json.loads((tmp_path / "load-latest.json").read_text())
+    configs = {c["config"] for c in doc["closed_loop"]}
+    assert configs == {"mesh n4 r1 m-on", "mesh n4 r1 m-off"}
+    for c in doc["closed_loop"]:
+        assert c["median_per_s"] > 0, c
+    # every completed task of the metrics-on mesh was dispatched once, and counted
+    on_rows = [r for r in doc["open_loop"] if r["config"] == "mesh n4 r1 m-on"]
+    assert doc["metrics"]["scraped_dispatches"]["mesh n4 r1 m-on"] >= on_rows[0]["completed"]
+    assert doc["metrics"]["cost"]["mesh n4 r1 target"]["ratio"] > 0
