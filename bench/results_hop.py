@@ -45,6 +45,7 @@ from mesh.access.roles import AccessScope, Role, build_plan, roles_for  # noqa: 
 from mesh.config import Settings  # noqa: E402
 from mesh.connection import MeshConnection, connect  # noqa: E402
 from mesh.management import Management  # noqa: E402
+from mesh.metrics import Metrics  # noqa: E402
 from mesh.router.service import RouterService  # noqa: E402
 from mesh.services import start_registry, start_worker  # noqa: E402
 from mesh.topology import Topology  # noqa: E402
@@ -66,7 +67,7 @@ def _echo(concurrency: int) -> Agent:
 
 # --- the mesh, with and without access control ----------------------------------------------
 @asynccontextmanager
-async def mesh(access: bool, concurrency: int) -> AsyncIterator[Send]:
+async def mesh(access: bool, concurrency: int, metrics: bool = False) -> AsyncIterator[Send]:
     namespace = f"hop.{uuid.uuid4().hex[:10]}"
     base = Settings.from_env(namespace=namespace)
     async with AsyncExitStack() as stack:
@@ -98,11 +99,20 @@ async def mesh(access: bool, concurrency: int) -> AsyncIterator[Send]:
             await admin.topology.declare(channel, apply=True)
             await admin.topology.declare(channel, admin.topology.agent_spec(AGENT), apply=True)
             await channel.close()
-        stack.push_async_callback(await start_registry(await conn("registry")))
-        router = RouterService(await conn("router"))
+
+        def recorded(role: str) -> Metrics | None:
+            """What a process with MESH_METRICS_PORT set records (mode ``mesh+m``)."""
+            return Metrics(role=role, namespace=namespace) if metrics else None
+
+        registry_conn = await conn("registry")
+        stack.push_async_callback(await start_registry(registry_conn, metrics=recorded("registry")))
+        router = RouterService(await conn("router"), metrics=recorded("router"))
         await router.start()
         stack.push_async_callback(router.close)
-        stack.push_async_callback(await start_worker(await conn("worker"), _echo(concurrency)))
+        worker = await start_worker(
+            await conn("worker"), _echo(concurrency), metrics=recorded("worker")
+        )
+        stack.push_async_callback(worker)
         client = await stack.enter_async_context(MeshClient(await conn("client")))
 
         async def send(n: int) -> None:
@@ -269,25 +279,34 @@ MODES = {
     "raw+hop": lambda c: raw(True, c),
     "mesh": lambda c: mesh(False, c),
     "mesh+ac": lambda c: mesh(True, c),
+    "mesh+m": lambda c: mesh(False, c, metrics=True),
 }
+#: what `--modes` runs unless told: the access-control comparison
+DEFAULT_MODES = "raw,raw+hop,mesh,mesh+ac"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, dict[str, list[float]]] = {
-        m: {"closed": [], "open": [], "p99": []} for m in MODES
+        m: {"closed": [], "open": [], "p99": [], "cpu": []} for m in args.modes
     }
     for r in range(args.repeat):
-        for mode, make in MODES.items():
-            async with make(args.concurrency) as send:
+        for mode in args.modes:
+            async with MODES[mode](args.concurrency) as send:
                 await closed_loop(send, min(100, args.tasks), args.concurrency)  # warm up
+                cpu_before = time.process_time()
                 closed = await closed_loop(send, args.tasks, args.concurrency)
+                # this process's CPU per task (every mesh component runs here; the
+                # broker and Redis do not): steadier than throughput on a shared host
+                cpu_ms = (time.process_time() - cpu_before) * 1000 / args.tasks
                 done, p99 = await open_loop(send, args.rate, args.seconds)
             figures[mode]["closed"].append(closed)
             figures[mode]["open"].append(done)
             figures[mode]["p99"].append(p99)
+            figures[mode]["cpu"].append(cpu_ms)
             print(
                 f"run {r + 1}/{args.repeat} {mode:8s} closed {closed:7.1f}/s  "
-                f"open {done:6.1f}/s at {args.rate:.0f}/s offered, p99 {p99:6.1f} ms",
+                f"open {done:6.1f}/s at {args.rate:.0f}/s offered, p99 {p99:6.1f} ms, "
+                f"cpu {cpu_ms:.2f} ms/task",
                 flush=True,
             )
     return figures
@@ -305,28 +324,44 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=32, help="closed-loop requests in flight")
     p.add_argument("--rate", type=float, default=150.0, help="open-loop arrivals per second")
     p.add_argument("--seconds", type=float, default=10.0, help="open-loop duration")
+    p.add_argument(
+        "--modes",
+        default=DEFAULT_MODES,
+        help=f"comma-separated, run alternating each repeat: {', '.join(MODES)} "
+        f"(default {DEFAULT_MODES}; mesh,mesh+m: what recording metrics costs)",
+    )
     args = p.parse_args()
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or not args.modes:
+        p.error(
+            f"--modes: unknown {', '.join(unknown) or '(none given)'}; one of {', '.join(MODES)}"
+        )
     figures = asyncio.run(run(args))
     print("\nmedian [range] of", args.repeat, "runs")
     for mode, f in figures.items():
         print(
             f"  {mode:8s} closed {_cell(f['closed'])}/s  open {_cell(f['open'])}/s  "
-            f"p99 {_cell(f['p99'])} ms"
+            f"p99 {_cell(f['p99'])} ms  cpu {_cell(f['cpu'], 2)} ms/task"
         )
-    ratio = [
-        m / r for m, r in zip(figures["mesh"]["closed"], figures["raw"]["closed"], strict=True)
+    closed = {mode: f["closed"] for mode, f in figures.items()}
+    pairs = [
+        ("mesh/raw", "mesh", "raw"),
+        ("mesh+ac/raw+hop", "mesh+ac", "raw+hop"),
+        ("mesh+ac/mesh", "mesh+ac", "mesh"),
+        ("mesh+m/mesh (metrics)", "mesh+m", "mesh"),
     ]
-    ratio_ac = [
-        m / r
-        for m, r in zip(figures["mesh+ac"]["closed"], figures["raw+hop"]["closed"], strict=True)
+    ratios = [
+        f"{name} {_cell([a / b for a, b in zip(closed[x], closed[y], strict=True)], 3)}"
+        for name, x, y in pairs
+        if x in closed and y in closed
     ]
-    cost = [
-        a / m for a, m in zip(figures["mesh+ac"]["closed"], figures["mesh"]["closed"], strict=True)
-    ]
-    print(
-        f"  closed-loop ratio mesh/raw {_cell(ratio)}, mesh+ac/raw+hop {_cell(ratio_ac)}, "
-        f"mesh+ac/mesh {_cell(cost)}"
-    )
+    if ratios:
+        print("  closed-loop ratios, run by run: " + ", ".join(ratios))
+    cpu = {mode: f["cpu"] for mode, f in figures.items()}
+    if "mesh" in cpu and "mesh+m" in cpu:
+        extra = [(m - b) / b for m, b in zip(cpu["mesh+m"], cpu["mesh"], strict=True)]
+        print(f"  metrics: CPU per task +{_cell([100 * e for e in extra], 1)} % (mesh+m vs mesh)")
     return 0
 
 

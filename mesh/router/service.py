@@ -788,9 +788,15 @@ class RouterService(Lifecycle):
         return envelope.deadline_ms - now_ms()
 
 
+#: how long a nack on the way out may wait: on a channel that is gone (a robust one waits
+#: for its reconnect) it must not hold a cancelled handler, and so a shutdown, forever
+SETTLE_TIMEOUT_S = 5.0
+_SETTLE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, TimeoutError)
+
+
 async def _settle_quietly(action: Any) -> None:
     """Ack or nack; on a channel lost meanwhile the broker redelivers, which is what we want."""
     try:
-        await action
-    except TRANSIENT_ERRORS:
+        await asyncio.wait_for(action, SETTLE_TIMEOUT_S)
+    except _SETTLE_ERRORS:
         logger.info("ack/nack on a lost channel skipped; the message will be redelivered")

@@ -38,3 +38,21 @@ def test_a_tiny_run_prints_every_mode_and_the_ratios() -> None:
     for mode in ("raw ", "raw+hop", "mesh ", "mesh+ac"):
         assert f"run 1/1 {mode}" in done.stdout
     assert "mesh+ac/raw+hop" in done.stdout
+
+
+def test_the_metrics_modes_run_alternating_and_print_their_ratio() -> None:
+    done = subprocess.run(
+        [
+            str(ROOT / ".venv" / "bin" / "python"),
+            "bench/results_hop.py",
+            *("-r", "1", "--tasks", "60", "--concurrency", "8", "--rate", "20", "--seconds", "1"),
+            *("--modes", "mesh,mesh+m"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "run 1/1 mesh+m" in done.stdout and "run 1/1 raw" not in done.stdout
+    assert "mesh+m/mesh (metrics)" in done.stdout
