@@ -90,6 +90,16 @@ class Keys:
         """Set: every reply_to recorded for a task_id (duplicate submissions wait together)."""
         return f"{self.namespace}:task-waiters:{task_id}"
 
+    def dispatched_to(self, task_id: str) -> str:
+        """Set: every agent a router dispatched the task to (access control; only routers
+        write it: whose Result a router may forward)."""
+        return f"{self.namespace}:dispatched:{task_id}"
+
+    def sealed(self, agent_id: str, task_id: str) -> str:
+        """String: the Result `agent_id`'s worker committed for a task (access control;
+        only that agent's Redis user writes ``sealed:<agent_id>/``; ``/`` is in no id)."""
+        return f"{self.namespace}:sealed:{agent_id}/{task_id}"
+
     def processing(self) -> str:
         """Sorted set: task_id scored by the epoch ms its maximum lifetime ends (reaper)."""
         return f"{self.namespace}:processing"

@@ -386,6 +386,8 @@ def redis_key_patterns(namespace: str) -> dict[str, str]:
         "context_version": k.context_version(s),
         "side_effect": k.side_effect(s),
         "observer_figures": k.observer_figures(s),
+        "dispatched_to": k.dispatched_to(s),
+        "sealed": k.sealed(s, s),
     }
     return {name: _key_glob(value) for name, value in built.items()}
 
@@ -410,8 +412,9 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "outcome",
             "breaker",
             "stats",
+            "dispatched_to",
         ),
-        ("instance", "agent", "agent_instances", "agents", "leases"),
+        ("instance", "agent", "agent_instances", "agents", "leases", "sealed"),
     ),
     "worker": (
         (
@@ -430,8 +433,9 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def redis_acl(kind: RoleKind, namespace: str) -> RedisAcl:
-    """The Redis ACL of a role in `namespace` (client: a user that may only PING)."""
+def redis_acl(kind: RoleKind, namespace: str, name: str = "") -> RedisAcl:
+    """The Redis ACL of a role in `namespace` (client: a user that may only PING); a
+    worker (`name`: its agent id) also writes the Results sealed under its own agent."""
     patterns = redis_key_patterns(namespace)
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)
@@ -443,6 +447,9 @@ def redis_acl(kind: RoleKind, namespace: str) -> RedisAcl:
         return RedisAcl(_LUA_COMMANDS, ("~" + glob_escape(namespace) + ":*",))
     rw, ro = REDIS_KEYS[kind]
     keys = tuple("~" + patterns[f] for f in rw) + tuple("%R~" + patterns[f] for f in ro)
+    if kind == "worker" and name:
+        sealed = Keys(glob_escape(namespace)).sealed(glob_escape(name), _SENTINEL)
+        keys += ("~" + _key_glob(sealed),)
     return RedisAcl(_LUA_COMMANDS, keys)
 
 
@@ -574,7 +581,7 @@ def grant_for(
         topics=tuple(topics),
         max_connections=limits[0] if limits[0] is not None else default_conn,
         max_channels=limits[1] if limits[1] is not None else default_chan,
-        redis=redis_acl(role.kind, t.namespace),
+        redis=redis_acl(role.kind, t.namespace, role.name),
     )
 
 

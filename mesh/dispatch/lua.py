@@ -180,7 +180,7 @@ return {'claimed', takeover, visits, recovered}
 """
 )
 
-#: KEYS idem, task, hist, waiters, processing. ARGV ttl_ms, instance_prefix, me ('' = the
+#: KEYS idem, task, hist, waiters, processing[, sealed]. ARGV ttl_ms, instance_prefix, me ('' = the
 #: mesh itself: router, reaper), token, fenced, result_json, by, note, agent, states...
 #: -> {'ok', waiter...} | {'done', result} | {'stale'} | {'refused', state}
 FINISH = (
@@ -200,6 +200,9 @@ redis.call('HSET', KEYS[1], 'result', ARGV[6], 'finished_ms', redis_now_ms())
 redis.call('HDEL', KEYS[1], 'holder')
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZREM', KEYS[5], KEYS[2])
+-- KEYS[6], under access control: the committing agent's own copy, which no other
+-- agent's Redis user may write (`Keys.sealed`); a router forwards only that
+if KEYS[6] then redis.call('SET', KEYS[6], ARGV[6], 'PX', ttl) end
 local out = {'ok'}
 -- KEYS[4] is KEYS[1] again when the caller does not answer the callers itself (a worker
 -- under access control: a router does, and the worker may not even read the waiters)

@@ -234,11 +234,14 @@ class TaskStore:
         note: str = "",
         agent_id: str = "",
         with_waiters: bool = True,
+        seal: bool = False,
     ) -> Commit:
         """Store the terminal Result and move to its state; fenced when `holder` is given.
 
         Without `with_waiters` the waiters are neither read nor returned (a caller that
         does not answer them: a worker under access control, whose Redis user may not).
+        With `seal` (a worker under access control) the Result is also kept under
+        `Keys.sealed` of `agent_id`, the copy a router forwards.
 
         Returns every reply_to recorded for the task (``ok``), or the Result stored before
         (``done``), or ``stale`` when `holder` no longer holds the claim or its lease.
@@ -251,6 +254,7 @@ class TaskStore:
                 *self._task_keys(task_id),
                 k.task_waiters(task_id) if with_waiters else k.idem(task_id),
                 k.processing(),
+                *([k.sealed(agent_id, task_id)] if seal else []),
             ],
             args=[
                 self.ttl_ms,
@@ -317,6 +321,24 @@ class TaskStore:
     async def waiters(self, task_id: str) -> list[str]:
         """Every waiter (reply queue, maybe with a correlation_id) recorded for the task."""
         return sorted(_s(w) for w in await self.redis.smembers(self.keys.task_waiters(task_id)))
+
+    async def record_dispatch(self, task_id: str, agent_id: str) -> None:
+        """Note that a router dispatches the task to `agent_id` (access control: whose
+        sealed Result may be forwarded; only routers write it)."""
+        key = self.keys.dispatched_to(task_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.sadd(key, agent_id)
+            pipe.pexpire(key, self.ttl_ms)
+            await pipe.execute()
+
+    async def dispatched_agents(self, task_id: str) -> set[str]:
+        """Every agent a router dispatched the task to (`record_dispatch`)."""
+        return {_s(a) for a in await self.redis.smembers(self.keys.dispatched_to(task_id))}
+
+    async def sealed_result(self, agent_id: str, task_id: str) -> Result | None:
+        """The Result `agent_id`'s worker committed for the task (`finish` with `seal`)."""
+        raw = await self.redis.get(self.keys.sealed(agent_id, task_id))
+        return None if raw is None else _result(raw)
 
     async def stored_result(self, task_id: str) -> Result | None:
         raw = await self.redis.hget(self.keys.idem(task_id), "result")

@@ -1,11 +1,15 @@
 """`ResultForwarder`: under access control a router, not the worker, answers the callers.
 
-A worker commits its Result under the fencing check (as always) and then publishes a notice
-to ``<ns>.results`` instead of writing into its callers' reply queues. The router that
-takes the notice believes nothing in it but the task_id: it checks that the broker-validated
-sender is the user of the agent the task record names, and forwards the Result *stored*
-for the task to every waiter recorded with it. A forged notice (another user, a task that
-is not finished) is dropped and counted; callers accept Results only from a router's user
+A worker commits its Result under the fencing check (as always), keeps a copy under its
+own agent's key (`Keys.sealed`, which no other agent's Redis user may write), and then
+publishes a notice to ``<ns>.results`` instead of writing into its callers' reply queues.
+The router that takes the notice believes nothing in it but the task_id: the
+broker-validated sender must be the worker user of an agent a router dispatched the task to
+(`Keys.dispatched_to`, which only routers write), and what it forwards to every waiter is
+that agent's sealed copy. Neither check reads a key a worker may write, so another agent's
+worker cannot have a Result forwarded for a task that is not its own, through the broker
+or through Redis. A forged notice (another user, a task that is not finished) is dropped
+and counted; callers accept Results only from a router's user
 (`MeshClient.forged_results`).
 """
 
@@ -55,21 +59,23 @@ class ResultForwarder(QueueConsumer):
             self.refused += 1
             logger.warning("unreadable result notice from %r dropped", message.user_id)
             return
-        record = await self.store.state(task_id)
-        agent_id = record.get("agent_id", "")
-        if not self.scope.is_worker_of(message.user_id, agent_id):
+        agents = await self.store.dispatched_agents(task_id)
+        agent_id = next((a for a in agents if self.scope.is_worker_of(message.user_id, a)), None)
+        if agent_id is None:
             self.refused += 1
             logger.warning(
-                "result notice for task_id=%s from user %r refused: the task is agent %r's",
+                "result notice for task_id=%s from user %r refused: the task went to %s",
                 task_id,
                 message.user_id,
-                agent_id,
+                ", ".join(sorted(agents)) or "no agent",
             )
             return
-        stored = await self.store.stored_result(task_id)
+        stored = await self.store.sealed_result(agent_id, task_id)
         if stored is None:
             self.refused += 1
-            logger.warning("result notice for task_id=%s refused: no Result stored", task_id)
+            logger.warning(
+                "result notice for task_id=%s refused: agent %r sealed no Result", task_id, agent_id
+            )
             return
         tracing = self.publisher.tracing
         with nullcontext() if tracing is None else tracing.relay(message.headers or {}):

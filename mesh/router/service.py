@@ -546,7 +546,7 @@ class RouterService(Lifecycle):
             logger.info("redelivered task_id=%s was answered already", envelope.task_id)
         elif sub.status == "done" and sub.result is not None:
             logger.info("duplicate task_id=%s answered from its stored result", envelope.task_id)
-            await self._reply(waiter_of(envelope), sub.result)
+            await self._reply(waiter_of(envelope), await self._sealed_or(sub.result))
         else:
             logger.info(
                 "duplicate task_id=%s in state %s: its caller waits for the same Result",
@@ -554,6 +554,19 @@ class RouterService(Lifecycle):
                 sub.state,
             )
         return False
+
+    async def _sealed_or(self, stored: Result) -> Result:
+        """Under access control, the Result an agent's worker sealed for the task (what a
+        router forwards: the stored one is writable by any worker's Redis user), else
+        `stored` (a task the mesh ended itself has no sealed copy)."""
+        if not self.settings.access_control:
+            return stored
+        task_id = stored.task_id
+        for agent_id in sorted(await self.store.dispatched_agents(task_id)):
+            sealed = await self.store.sealed_result(agent_id, task_id)
+            if sealed is not None:
+                return sealed
+        return stored
 
     async def _emit(
         self,
@@ -645,6 +658,8 @@ class RouterService(Lifecycle):
             expiration = left if patient else min(self.settings.accept_timeout_ms, left)
             key = self.topology.agent_routing_key(choice.agent_id, envelope.priority)
             sent = envelope.model_copy(update={"route": choice.route})
+            if self.settings.access_control:  # whose sealed Result may come back
+                await self.store.record_dispatch(envelope.task_id, choice.agent_id)
             try:
                 await self.publisher.publish_envelope(
                     self.topology.capabilities,

@@ -255,8 +255,10 @@ class Settler:
             holder=holder,
             note=result.error.code if result.error else "",
             agent_id=self.deps.agent_id,
-            # under access control a router answers the callers (`ResultForwarder`)
+            # under access control a router answers the callers (`ResultForwarder`), with
+            # the copy sealed under this agent's own keys
             with_waiters=not self.deps.settings.access_control,
+            seal=self.deps.settings.access_control,
         )
 
     # --- answers ------------------------------------------------------------------------------

@@ -11,10 +11,12 @@ from typing import Any
 import aio_pika
 import aiormq.exceptions
 import pytest
+from redis.exceptions import NoPermissionError
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.access.roles import Role
 from mesh.connection import MeshConnection
+from mesh.errors import RequestTimeout
 from mesh.messaging import Publisher, result_message
 from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
@@ -112,6 +114,78 @@ async def test_the_mesh_runs_under_its_own_users_and_believes_no_forgery(
     assert alice.results_received == 2 and alice.forged_results == 0
     assert alice.duplicate_results == 0 and alice.conflicting_results == 0
     assert applied == [first.task_id, second.task_id]
+
+
+async def test_another_agents_worker_cannot_have_a_result_forwarded_through_redis(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    """Task keys are per task, so agent B's worker may write A's task record and stored
+    Result in Redis. A router forwards neither: only a Result A's worker sealed under A's
+    own keys, for a task a router dispatched to A, reaches the caller."""
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    router = RouterService(await as_user(Role("router")))
+    await router.start()
+    add_cleanup(router.close)
+    gate = asyncio.Event()
+    started: list[str] = []
+    agent = Agent(AGENT_A, "Pays when told to go on", max_concurrency=4)
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        started.append(task.task_id)
+        if task.payload.get("wait"):
+            await gate.wait()
+        return {"paid": task.payload.get("n")}
+
+    add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), agent, grace_s=2))
+    intruder = await as_user(Role("worker", AGENT_B))
+    keys = intruder.keys
+    forwarder = router.results
+    assert forwarder is not None
+    channel = await intruder.channel()
+    results = await channel.get_exchange(intruder.topology.results, ensure=False)
+
+    async def notice_as_b(result: Result) -> None:
+        message = result_message(result)
+        message.user_id = mesh_access.user(Role("worker", AGENT_B))
+        await results.publish(message, routing_key=intruder.topology.results_key)
+
+    async with MeshClient(await as_user(Role("client", CLIENT))) as alice:
+        first = await alice.request("pay", {"n": 1}, target=AGENT_A, wait_s=20)
+        assert first.output == {"paid": 1}
+        forged = Result(task_id=first.task_id, status="completed", output={"paid": 10**6})
+        # what B's Redis user may do: rewrite the record and the stored Result...
+        await intruder.redis.hset(keys.task(first.task_id), "agent_id", AGENT_B)
+        await intruder.redis.hset(keys.idem(first.task_id), "result", encode(forged))
+        # ...but not A's sealed copy, nor whom a router dispatched the task to
+        with pytest.raises(NoPermissionError):
+            await intruder.redis.set(keys.sealed(AGENT_A, first.task_id), encode(forged))
+        with pytest.raises(NoPermissionError):
+            await intruder.redis.sadd(keys.dispatched_to(first.task_id), AGENT_B)
+        refused = forwarder.refused
+        await notice_as_b(forged)  # "the task is mine now": it never went to B
+        await wait_until(lambda: forwarder.refused == refused + 1, timeout=5)
+        # alice asks again for her finished task: answered from A's sealed copy
+        again = await alice.send(
+            TaskEnvelope(task_id=first.task_id, capability="pay", target=AGENT_A), wait_s=10
+        )
+        assert again.output == {"paid": 1}
+
+        # B stores a Result for a task of A's still running: A's commit finds the task
+        # answered and seals nothing, so nothing is forwarded (no Result, never a forged
+        # one: a worker's Redis credential can hold another task up, not answer it)
+        envelope = TaskEnvelope(capability="pay", target=AGENT_A, payload={"n": 2, "wait": 1})
+        waiting = asyncio.ensure_future(alice.send(envelope, wait_s=6))
+        await wait_until(lambda: envelope.task_id in started, timeout=10)
+        late = Result(task_id=envelope.task_id, status="completed", output={"paid": 10**6})
+        await intruder.redis.hset(keys.idem(envelope.task_id), "result", encode(late))
+        gate.set()
+        with pytest.raises(RequestTimeout):
+            await waiting
+        third = await alice.request("pay", {"n": 3}, target=AGENT_A, wait_s=20)
+        assert third.output == {"paid": 3}
+    assert alice.results_received == 3 and alice.forged_results == 0
+    assert alice.conflicting_results == 0
 
 
 async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection) -> None:

@@ -7,6 +7,7 @@ assertions below say what the broker will match.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import stat
@@ -254,6 +255,17 @@ def test_the_worker_runs_lua_on_task_keys_but_nothing_dangerous() -> None:
     assert "~acme.prod:task:*" in acl.keys and "~acme.prod:idem:*" in acl.keys
     assert "%R~acme.prod:instance:*" in acl.keys
     assert not any(":fence:" in k or ":agent:" in k for k in acl.keys)
+
+
+def test_a_worker_seals_results_only_under_its_own_agent_and_routers_only_read_them() -> None:
+    acl = redis_acl("worker", NS, "pay.ments")
+    assert "~acme.prod:sealed:pay.ments/*" in acl.keys
+    assert not any(k.endswith(":sealed:*") for k in acl.keys), "no other agent's seals"
+    assert not any(":dispatched:" in k for k in acl.keys), "whose Result counts: routers only"
+    # an agent id may hold ':' (x and x:y are two agents): the '/' keeps their seals apart
+    assert fnmatch.fnmatchcase("acme.prod:sealed:x:y/t1", "acme.prod:sealed:x/*") is False
+    router = redis_acl("router", NS)
+    assert "~acme.prod:dispatched:*" in router.keys and "%R~acme.prod:sealed:*" in router.keys
 
 
 def test_the_observer_reads_all_writes_its_traces_and_runs_no_scripts() -> None:
