@@ -76,8 +76,7 @@ from mesh.dispatch.store import TaskStore  # noqa: E402
 from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
-from mesh.retrying import quietly  # noqa: E402
-from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms  # noqa: E402
+from schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
 from schemas.result import TERMINAL_STATUSES  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
@@ -333,25 +332,15 @@ class FaultClient(MeshClient):
     """A MeshClient that keeps every Result of the tracked tasks, duplicates included."""
 
     def __init__(self, conn: MeshConnection) -> None:
-        super().__init__(conn)
+        super().__init__(conn, on_result=self._arrived)
         self.entries: dict[str, Entry] = {}
 
-    async def _on_result(self, message: AbstractIncomingMessage) -> None:
-        now = time.time()
-        try:
-            result = decode(Result, message.body)
-        except InvalidEnvelope:
-            await quietly(message.ack())
-            return
+    def _arrived(self, result: Result) -> None:
         entry = self.entries.get(result.task_id)
         if entry is not None:
             code = result.error.code if result.error else None
             gist = orjson.dumps([result.status, result.output, code]).decode()
-            entry.results.append((now, result.status, code, result.instance_id, gist))
-        for waiter in self._waiters.pop(result.task_id, []):  # send() callers (the probe)
-            if not waiter.done():
-                waiter.set_result(result)
-        await quietly(message.ack())
+            entry.results.append((time.time(), result.status, code, result.instance_id, gist))
 
 
 class EventTap:

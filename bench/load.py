@@ -65,8 +65,7 @@ from mesh.connection import MeshConnection, connect  # noqa: E402
 from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
-from mesh.retrying import quietly  # noqa: E402
-from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id, now_ms  # noqa: E402
+from schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -161,25 +160,15 @@ class BenchClient(MeshClient):
     """A MeshClient that records when each Result arrives (publishing is MeshClient's)."""
 
     def __init__(self, conn: MeshConnection) -> None:
-        super().__init__(conn)
+        super().__init__(conn, on_result=self._arrived)
         self.pending: dict[str, Pending] = {}
 
-    async def _on_result(self, message: AbstractIncomingMessage) -> None:
-        now = time.perf_counter()
-        try:
-            result = decode(Result, message.body)
-        except InvalidEnvelope:
-            await quietly(message.ack())
-            return
+    def _arrived(self, result: Result) -> None:
         entry = self.pending.get(result.task_id)
         if entry is not None and entry.done is None:
-            entry.done, entry.status = now, result.status
+            entry.done, entry.status = time.perf_counter(), result.status
             if entry.future is not None and not entry.future.done():
                 entry.future.set_result(result)
-        for waiter in self._waiters.pop(result.task_id, []):  # request()/send() callers
-            if not waiter.done():
-                waiter.set_result(result)
-        await quietly(message.ack())
 
 
 class RouteTap:

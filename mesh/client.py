@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -39,8 +40,17 @@ ANSWERED_MEMORY = 10_000
 class MeshClient(Lifecycle):
     """Send tasks to the mesh: ``async with MeshClient(conn) as client: await client.request()``."""
 
-    def __init__(self, conn: MeshConnection, *, client_id: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: MeshConnection,
+        *,
+        client_id: str | None = None,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> None:
         self.conn = conn
+        #: called with every Result this client accepts, copies included, before it is
+        #: handed to the waiting requests (load and fault benches record arrivals with it)
+        self.on_result = on_result
         self.settings = conn.settings
         self.topology = conn.topology
         self.client_id = client_id or new_id()[:16]
@@ -116,6 +126,8 @@ class MeshClient(Lifecycle):
             )
             await quietly(message.ack())
             return
+        if self.on_result is not None:
+            self.on_result(result)
         tracing = self.publisher.tracing
         if tracing is None:
             self._hand_over(result)

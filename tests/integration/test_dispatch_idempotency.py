@@ -136,7 +136,9 @@ async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
     publisher = Publisher(conn)
     await publisher.start()
     add_cleanup(publisher.close)
-    async with MeshClient(conn) as client:  # no router: the Results are sent by hand
+    copies: list[Result] = []
+    # no router: the Results are sent by hand; `on_result` sees every copy accepted
+    async with MeshClient(conn, on_result=copies.append) as client:
         envelope = TaskEnvelope(capability="echo", reply_to=client.reply_to)
         waiting = asyncio.ensure_future(client.send(envelope, wait_s=10))
         first = Result(task_id=envelope.task_id, status="completed", output={"n": 1})
@@ -147,6 +149,7 @@ async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
         await publisher.reply(client.reply_to, Result(task_id=envelope.task_id, status="failed"))
         await wait_until(lambda: client.duplicate_results == 2)
         assert client.results_received == 1 and client.conflicting_results == 1
+        assert [c.status for c in copies] == ["completed", "completed", "failed"]
 
 
 async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_again(
