@@ -68,6 +68,7 @@ from redis.exceptions import RedisError
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import procstat  # noqa: E402
 from bench.fault_agents import agent_id, ledger_keys, topic  # noqa: E402
 from mesh.client import MeshClient  # noqa: E402
 from mesh.config import Settings  # noqa: E402
@@ -243,16 +244,7 @@ class Fleet:
                 log(f"  !! {name} exited by itself (rc {p.returncode}); see {self.log_dir}")
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procstat.stop_all(self.procs.values(), STOP_GRACE_S)
         self.procs.clear()
 
 

@@ -109,16 +109,7 @@ class Children:
             raise RuntimeError(f"child process(es) exited: {dead}; see {self.log_dir}")
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        deadline = time.monotonic() + STOP_GRACE_S
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procstat.stop_all(self.procs.values(), STOP_GRACE_S)
         self.procs.clear()
 
 

@@ -1,10 +1,12 @@
-"""CPU time of processes from /proc/<pid>/stat, and the pids of RabbitMQ and Redis."""
+"""A bench's processes: CPU time from /proc/<pid>/stat, the pids of RabbitMQ and Redis, and
+stopping the children it started."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -43,3 +45,18 @@ def broker_pid() -> int | None:
         return None
     pids = [int(p) for p in out.split()]
     return min(pids) if pids else None
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGTERM every child still running, wait up to `grace_s` in all, SIGKILL the rest."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

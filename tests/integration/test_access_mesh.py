@@ -23,7 +23,7 @@ from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.bids import BidCollector
 from mesh.router.service import RouterService
 from mesh.services import start_registry, start_worker
-from schemas import Bid, Result, TaskEnvelope, encode, now_ms
+from schemas import Bid, Event, Result, TaskEnvelope, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
 
@@ -213,6 +213,21 @@ async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection)
         await guarded.close()
 
 
+async def _forged_down(snapshot: AgentSnapshot) -> Event:
+    """Once A is live in `snapshot`: an ``agent.down`` for its instance, as a forger
+    would write it (right instance id and token)."""
+    await wait_until(lambda: snapshot.is_live(AGENT_A), timeout=10)
+    [instance] = snapshot.agent(AGENT_A).live_instances(now_ms())  # type: ignore[union-attr]
+    return down_event(
+        AGENT_A,
+        instance.instance_id,
+        instance.token,
+        "deregistered",
+        lease_expires_ms=now_ms(),
+        last_heartbeat_ms=now_ms(),
+    )
+
+
 async def test_a_snapshot_believes_agent_events_only_from_a_registry(
     mesh_access: Provisioned, as_user: Any, add_cleanup: Any
 ) -> None:
@@ -225,16 +240,7 @@ async def test_a_snapshot_believes_agent_events_only_from_a_registry(
     snapshot = AgentSnapshot(await as_user(Role("router")))
     await snapshot.start()
     add_cleanup(snapshot.close)
-    await wait_until(lambda: snapshot.is_live(AGENT_A), timeout=10)
-    [instance] = snapshot.agent(AGENT_A).live_instances(now_ms())  # type: ignore[union-attr]
-    forged = down_event(
-        AGENT_A,
-        instance.instance_id,
-        instance.token,
-        "deregistered",
-        lease_expires_ms=now_ms(),
-        last_heartbeat_ms=now_ms(),
-    )
+    forged = await _forged_down(snapshot)
     # a worker of A may not publish agent.* on the events exchange (topic permission)
     channel = await worker_conn.channel()
     events = await channel.get_exchange(worker_conn.topology.events, ensure=False)
@@ -257,16 +263,7 @@ async def test_under_access_control_a_forged_agent_down_is_ignored(
     snapshot = AgentSnapshot(guarded)
     await snapshot.start()
     add_cleanup(snapshot.close)
-    await wait_until(lambda: snapshot.is_live(AGENT_A), timeout=10)
-    [instance] = snapshot.agent(AGENT_A).live_instances(now_ms())  # type: ignore[union-attr]
-    forged = down_event(
-        AGENT_A,
-        instance.instance_id,
-        instance.token,
-        "deregistered",
-        lease_expires_ms=now_ms(),
-        last_heartbeat_ms=now_ms(),
-    )
+    forged = await _forged_down(snapshot)
     channel = await conn.channel()
     events = await channel.get_exchange(conn.topology.events, ensure=False)
     await events.publish(aio_pika.Message(encode(forged)), routing_key=forged.type)
