@@ -11,13 +11,15 @@ Channels are of two kinds, as the AMQP binding has them: an exchange with one ro
 family (``bindings.amqp.is = routingKey``, the channel's address is the key) and a queue
 (``is = queue``, the address is the queue's name; its arguments and bindings are in the
 ``x-arguments`` / ``x-bindings`` extensions of the binding). Publishers send to exchange
-channels; consumers receive from queue channels.
+channels; consumers receive from queue channels. The operations (who sends and receives
+what) are the documented rows of `mesh.contract.TABLE`, the table the broker grants of
+`mesh.access.roles` are folded from.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +28,7 @@ import orjson
 
 from mesh.client import REPLY_QUEUE_EXPIRES_MS
 from mesh.config import Settings
+from mesh.contract import TABLE, Row
 from mesh.dispatch.states import STATES
 from mesh.observer.alerts import ALERT_KINDS
 from mesh.registry.events import AGENT_DOWN, AGENT_EVENTS, AGENT_LEASES, AGENT_UP
@@ -654,7 +657,7 @@ def _operation(
     *,
     tag: str,
     ack: bool | None = None,
-    reply: tuple[str, list[str]] | None = None,
+    reply: tuple[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     op: dict[str, Any] = {
         "action": action,
@@ -674,206 +677,38 @@ def _operation(
     return op
 
 
+def expand(row: Row, topology: Topology) -> list[tuple[str, str, str]]:
+    """(operation id, channel id, summary) of each AsyncAPI operation of a documented `row`:
+    one, or one per member of its family (`Row.each`)."""
+    oid = f"{row.role}.{row.op}"
+    if row.each == "agent_queue":
+        queues = [_short(topology, q.name) for q in topology.agent_spec(AGENT).queues]
+        return [
+            (oid + cid[len(row.channel) :].replace(".", "").capitalize(), cid, row.summary)
+            for cid in queues
+        ]
+    if row.each == "dead_reason":
+        return [
+            (
+                oid + reason.capitalize(),
+                _short(topology, topology.dead_queue(reason)),
+                row.summary.format(reason=reason),
+            )
+            for reason in DEAD_REASONS
+        ]
+    return [(oid, row.channel, row.summary)]
+
+
 def operations(topology: Topology, channel_ids: Mapping[str, Any]) -> dict[str, Any]:
-    """Who sends and receives what, per role (client, router, worker, registry, operator)."""
-    agent_queues = [_short(topology, q.name) for q in topology.agent_spec(AGENT).queues]
-    registry_in = ["registration", "agentCard", "heartbeat", "deregistration"]
-    session_in = ["registrationAck", "registrationError", "leaseLost"]
-    ops: dict[str, Any] = {
-        # client
-        "client.sendTask": _operation(
-            "send",
-            "exchange.ingress",
-            ["task"],
-            "Submit a task",
-            tag="client",
-            reply=("queue.reply", ["result"]),
-        ),
-        "client.receiveResult": _operation(
-            "receive", "queue.reply", ["result"], "Results of its tasks", tag="client", ack=True
-        ),
-        "client.sendFeedback": _operation(
-            "send", "exchange.feedback", ["feedback"], "Feedback on a task", tag="client"
-        ),
-        # router
-        "router.receiveTask": _operation(
-            "receive",
-            "queue.router",
-            ["task", "retriedTask"],
-            "Tasks to route, and dispatches back from agent queues",
-            tag="router",
-            ack=True,
-        ),
-        "router.sendDispatch": _operation(
-            "send",
-            "exchange.capabilities",
-            ["task"],
-            "Dispatch to the chosen agent",
-            tag="router",
-        ),
-        "router.sendBidRequest": _operation(
-            "send", "exchange.control.agent", ["bidRequest"], "Call for bids", tag="router"
-        ),
-        "router.receiveBid": _operation(
-            "receive", "queue.bids", ["bid"], "Bids", tag="router", ack=False
-        ),
-        "router.receiveResultNotice": _operation(
-            "receive",
-            "queue.results",
-            ["resultNotice"],
-            "Workers' result notices",
-            tag="router",
-            ack=True,
-        ),
-        "router.sendResult": _operation(
-            "send",
-            "exchange.replies",
-            ["result"],
-            "Results to callers (errors, and stored Results under access control)",
-            tag="router",
-        ),
-        "router.receiveFeedback": _operation(
-            "receive",
-            "queue.feedback",
-            ["feedback"],
-            "Callers' feedback",
-            tag="router",
-            ack=True,
-        ),
-        "router.receiveEvents": _operation(
-            "receive",
-            "queue.selector",
-            ["event"],
-            "Outcomes to learn from",
-            tag="router",
-            ack=False,
-        ),
-        "router.receiveAgentEvents": _operation(
-            "receive",
-            "queue.snapshot",
-            ["event"],
-            "agent.* events of the snapshot",
-            tag="router",
-            ack=False,
-        ),
-        "router.sendEvent": _operation(
-            "send", "exchange.events", ["event"], "task.*, route.* events", tag="router"
-        ),
-        "router.sendDeadLetter": _operation(
-            "send",
-            "exchange.dlx.dead",
-            ["deadLetter"],
-            "Invalid, unroutable, expired tasks",
-            tag="router",
-        ),
-        # worker
-        "worker.sendRegistry": _operation(
-            "send",
-            "exchange.registry",
-            registry_in,
-            "Register, heartbeat, deregister",
-            tag="worker",
-            reply=("queue.session", ["registrationAck", "registrationError"]),
-        ),
-        "worker.receiveSession": _operation(
-            "receive",
-            "queue.session",
-            session_in,
-            "The registry's answers",
-            tag="worker",
-            ack=False,
-        ),
-        "worker.receiveBidRequest": _operation(
-            "receive",
-            "queue.instance",
-            ["bidRequest"],
-            "Calls for bids",
-            tag="worker",
-            ack=False,
-        ),
-        "worker.sendBid": _operation("send", "exchange.bids", ["bid"], "A bid", tag="worker"),
-        "worker.sendResultNotice": _operation(
-            "send",
-            "exchange.results",
-            ["resultNotice"],
-            "Outcome notice (access control)",
-            tag="worker",
-        ),
-        "worker.sendResult": _operation(
-            "send",
-            "exchange.replies",
-            ["result"],
-            "Results to callers (no access control)",
-            tag="worker",
-        ),
-        "worker.sendRetry": _operation(
-            "send", "exchange.retries", ["retriedTask"], "Retry a task later", tag="worker"
-        ),
-        "worker.sendEvent": _operation(
-            "send", "exchange.events", ["event"], "task.* outcomes, alert.loop", tag="worker"
-        ),
-        "worker.sendDeadLetter": _operation(
-            "send",
-            "exchange.dlx.dead",
-            ["deadLetter"],
-            "Invalid deliveries, tasks out of retries or hops",
-            tag="worker",
-        ),
-        "worker.sendHandoff": _operation(
-            "send", "exchange.ingress", ["task"], "A child task (`ctx.handoff`)", tag="worker"
-        ),
-        # registry
-        "registry.receive": _operation(
-            "receive",
-            "queue.registry",
-            registry_in,
-            "Registry messages",
-            tag="registry",
-            ack=False,
-        ),
-        "registry.sendSession": _operation(
-            "send", "exchange.sessions", session_in, "Answers to an instance", tag="registry"
-        ),
-        "registry.sendEvent": _operation(
-            "send", "exchange.events", ["event"], "agent.up/down/leases", tag="registry"
-        ),
-        "registry.sendDeadLetter": _operation(
-            "send",
-            "exchange.dlx.dead",
-            ["deadLetter"],
-            "Invalid registry messages",
-            tag="registry",
-        ),
-        # observer (mesh observer)
-        "observer.sendAlert": _operation(
-            "send",
-            "exchange.events",
-            ["event"],
-            "alert.* raised and cleared (its queue: <ns>.observer.<user>.<name>, bound on #)",
-            tag="observer",
-        ),
-        # operator (mesh dlq)
-        "operator.sendReplay": _operation(
-            "send", "exchange.ingress", ["task"], "`mesh dlq replay`: resubmit", tag="operator"
-        ),
-        "operator.sendInvalid": _operation(
-            "send",
-            "exchange.dlx.dead",
-            ["deadLetter"],
-            "`mesh dlq replay`: what is not an envelope goes to dead.invalid",
-            tag="operator",
-        ),
-    }
-    for cid in agent_queues:
-        suffix = cid[len("queue.agent") :].replace(".", "")
-        ops[f"worker.receiveTask{suffix.capitalize()}"] = _operation(
-            "receive", cid, ["task", "retriedTask"], "Tasks of its agent", tag="worker", ack=True
-        )
-    for reason in DEAD_REASONS:
-        cid = _short(topology, topology.dead_queue(reason))
-        ops[f"operator.receiveDead{reason.capitalize()}"] = _operation(
-            "receive", cid, ["deadLetter"], f"`mesh dlq list|replay {reason}`", tag="operator"
-        )
+    """Who sends and receives what, per role: the documented rows of `mesh.contract.TABLE`."""
+    ops: dict[str, Any] = {}
+    for row in TABLE:
+        if not row.documented:
+            continue
+        for oid, cid, summary in expand(row, topology):
+            ops[oid] = _operation(
+                row.action, cid, row.messages, summary, tag=row.role, ack=row.ack, reply=row.reply
+            )
     missing = {op["channel"]["$ref"].rsplit("/", 1)[1] for op in ops.values()} - set(channel_ids)
     if missing:  # pragma: no cover - a wiring mistake in this module
         raise ValueError(f"operations on unknown channels: {sorted(missing)}")

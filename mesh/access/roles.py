@@ -1,9 +1,12 @@
 r"""The role model of ../shared/SECURITY.md as data: role -> broker permissions and Redis ACL.
 
 Pure: no I/O, nothing here talks to a broker or to Redis (`mesh.access.provision` does).
-Every regex is built from the names of `mesh.topology.Topology` (and, for the objects the
-topology does not have yet, from `FutureNames`, the one place they are spelt), every Redis
-key pattern from `mesh.keys.Keys`; every name is escaped (``re.escape`` for the broker's
+The broker permissions of every role but admin are folded from the rows of
+`mesh.contract.TABLE` (`amqp_permissions`), the table the AsyncAPI operations are rendered
+from too, so who may send or receive what is written once. The Redis ACLs stay here
+(`REDIS_KEYS`, `redis_acl`): they are about key families, not channels, and the table has
+no row for them. Every regex is built from the names of `mesh.topology.Topology`, every
+Redis key pattern from `mesh.keys.Keys`; every name is escaped (``re.escape`` for the broker's
 regexes, glob escaping for Redis patterns). RabbitMQ 3.10 does not expand ``{username}``
 in ordinary permission regexes, so each user gets regexes generated for its own name.
 
@@ -43,9 +46,13 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
+from mesh import contract
+from mesh.access import patterns
+from mesh.access.patterns import ANY_KEY, lit, starting
+from mesh.contract import Consume, Publish, Who
 from mesh.errors import ConfigError
 from mesh.keys import Keys
-from mesh.topology import DEAD_REASONS, PRIORITY_BANDS, Topology
+from mesh.topology import DEAD_REASONS, Topology
 from schemas.envelope import Identifier
 
 RoleKind = Literal["admin", "router", "registry", "worker", "client", "observer"]
@@ -199,7 +206,7 @@ class FutureNames:
 
     def reply_queue_prefix(self, user: str) -> str:
         """Reply queues of a user are ``Topology.reply_queue("<user>.<client-id>")``."""
-        return self.topology.reply_queue(f"{user}.")
+        return patterns.reply_queue_prefix(self.topology, user)
 
     def observer_queue_prefix(self, user: str) -> str:
         """Queues an observer declares for itself: `Topology.observer_queue`."""
@@ -207,18 +214,18 @@ class FutureNames:
 
     def reply_key_prefix(self, user: str | None = None) -> str:
         """Reply keys of `user` (None: every reply key)."""
-        return "reply." if user is None else f"reply.{user}."
+        return patterns.reply_key_prefix(self.topology, user)
 
     def session_key_prefix(self, agent_id: str | None = None) -> str:
         """Registry answers to instances of `agent_id` (instance ids start ``<agent_id>-``)."""
-        return "session." if agent_id is None else f"session.{agent_id}.{agent_id}-"
+        return patterns.session_key_prefix(self.topology, agent_id)
 
     def bid_key_prefix(self) -> str:
-        return "bid."
+        return self.topology.bid_key("")
 
     def retry_key_regex(self, agent_id: str) -> str:
         """Retry keys of a topic retry exchange: ``<delay>.`` + the agent's dispatch key."""
-        return r"[0-9]+\." + agent_key_regex(self.topology, agent_id)
+        return patterns.retry_key_regex(self.topology, agent_id)
 
     def missing(self) -> list[tuple[str, str]]:
         """(name, what it is) of every object the permissions name that the topology lacks."""
@@ -226,31 +233,6 @@ class FutureNames:
             (self.observer_queue_prefix("<user>") + "*", "observer queues"),
             (self.reply_queue_prefix("<user>") + "*", "per-user reply queues"),
         ]
-
-
-def agent_key_regex(topology: Topology, agent_id: str) -> str:
-    """Dispatch routing keys of `agent_id` in either queue mode (without anchors)."""
-    return re.escape(_dispatch_key_prefix(topology) + agent_id) + _bands()
-
-
-def _dispatch_key_prefix(topology: Topology) -> str:
-    """What every `Topology.agent_routing_key` starts with (``agent.``)."""
-    built = topology.agent_routing_key(_SENTINEL)
-    return built[: built.index(_SENTINEL)]
-
-
-def _bands() -> str:
-    return r"(?:\.(?:" + "|".join(re.escape(band) for band, _ in PRIORITY_BANDS) + r"))?"
-
-
-def lit(name: str) -> str:
-    """A regex atom matching `name` exactly."""
-    return re.escape(name)
-
-
-def starting(prefix: str) -> str:
-    """A regex atom matching every name that starts with `prefix`."""
-    return re.escape(prefix) + ".*"
 
 
 def anchored(atoms: Iterable[str]) -> str:
@@ -462,137 +444,69 @@ def grant_for(
     limits: tuple[int | None, int | None] = (None, None),
 ) -> Grant:
     """Broker permissions, topic permissions, limits and Redis ACL of `role` (SECURITY.md)."""
-    t = topology
-    f = FutureNames(t)
     user = scope.user(role)
-    ns_prefix = starting(t.namespace + ".")
-    configure: list[str]
-    write: list[str]
-    read: list[str]
-    topics: list[TopicPermission] = []
-    match role.kind:
-        case "admin":
-            configure = write = read = [ns_prefix]
-        case "router":
-            own = [
-                starting(t.selector_queue("")),
-                starting(t.snapshot_queue("")),
-                starting(t.bid_queue("")),
-            ]
-            configure = own
-            write = [
-                lit(t.capabilities),
-                lit(t.events),
-                lit(t.dlx),
-                lit(f.replies),
-                lit(t.control),
-                *own,
-            ]
-            read = [
-                lit(t.router_queue),
-                lit(t.events),
-                lit(f.bids),
-                lit(f.results),
-                lit(t.feedback),
-                *own,
-            ]
-            topics = [
-                TopicPermission(
-                    t.capabilities, anchored([starting(_dispatch_key_prefix(t))]), NOTHING
-                ),
-                TopicPermission(t.events, anchored([_events_of("task", "route", "alert")]), ".*"),
-                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
-                TopicPermission(f.replies, anchored([starting(f.reply_key_prefix())]), NOTHING),
-                TopicPermission(
-                    t.control,
-                    anchored([starting(t.control_agent_key("")), starting(t.instance_key(""))]),
-                    NOTHING,
-                ),
-                TopicPermission(f.bids, NOTHING, anchored([starting(f.bid_key_prefix())])),
-            ]
-        case "registry":
-            configure = []
-            write = [lit(t.events), lit(f.sessions), lit(t.dlx)]
-            read = [lit(t.registry)]
-            topics = [
-                TopicPermission(t.events, anchored([_events_of("agent")]), NOTHING),
-                TopicPermission(f.sessions, anchored([starting(f.session_key_prefix())]), NOTHING),
-                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
-            ]
-        case "worker":
-            a = role.name
-            own = [
-                starting(t.session_queue(f"{a}-")),
-                starting(t.instance_queue(f"{a}-")),
-                starting(f.reply_queue_prefix(user) + f"{a}-"),
-            ]
-            configure = own
-            write = [
-                lit(t.registry),
-                lit(t.ingress),
-                lit(f.results),
-                lit(t.retry),
-                lit(t.events),
-                lit(t.dlx),
-                lit(f.bids),
-                *own,
-            ]
-            agent_queues = re.escape(t.agent_queue(a)) + _bands()
-            read = [agent_queues, lit(f.sessions), lit(t.control), lit(f.replies), *own]
-            topics = [
-                TopicPermission(
-                    t.events, anchored([_events_of("task", "route", "alert")]), NOTHING
-                ),
-                TopicPermission(t.dlx, anchored([_dead_keys(t)]), NOTHING),
-                TopicPermission(f.bids, anchored([starting(f.bid_key_prefix())]), NOTHING),
-                TopicPermission(t.retry, anchored([f.retry_key_regex(a)]), NOTHING),
-                TopicPermission(
-                    t.control,
-                    NOTHING,
-                    anchored([lit(t.control_agent_key(a)), starting(t.instance_key(f"{a}-"))]),
-                ),
-                TopicPermission(f.sessions, NOTHING, anchored([starting(f.session_key_prefix(a))])),
-                TopicPermission(
-                    f.replies, NOTHING, anchored([starting(f.reply_key_prefix(user) + f"{a}-")])
-                ),
-            ]
-        case "client":
-            own = [starting(f.reply_queue_prefix(user))]
-            configure = own
-            write = [lit(t.ingress), lit(t.feedback), *own]
-            read = [lit(f.replies), *own]
-            topics = [
-                TopicPermission(f.replies, NOTHING, anchored([starting(f.reply_key_prefix(user))])),
-            ]
-        case "observer":
-            own = [starting(f.observer_queue_prefix(user))]
-            configure = own
-            # it publishes its alerts (``alert.*``) and nothing else
-            write = [lit(t.events), *own]
-            read = [lit(t.events), *own]
-            topics = [TopicPermission(t.events, anchored([_events_of("alert")]), ".*")]
+    if role.kind == "admin":
+        everything = anchored([starting(topology.namespace + ".")])
+        configure = write = read = everything
+        topics: tuple[TopicPermission, ...] = ()
+    else:
+        configure, write, read, topics = amqp_permissions(
+            contract.rows_of(role.kind), Who(topology, user, role.name)
+        )
     default_conn, default_chan = DEFAULT_LIMITS[role.kind]
     return Grant(
         role=role,
         user=user,
-        configure=anchored(configure),
-        write=anchored(write),
-        read=anchored(read),
-        topics=tuple(topics),
+        configure=configure,
+        write=write,
+        read=read,
+        topics=topics,
         max_connections=limits[0] if limits[0] is not None else default_conn,
         max_channels=limits[1] if limits[1] is not None else default_chan,
-        redis=redis_acl(role.kind, t.namespace, role.name),
+        redis=redis_acl(role.kind, topology.namespace, role.name),
     )
 
 
-def _events_of(*families: str) -> str:
-    """Event routing keys of these families (event types are ``<family>.<name>``)."""
-    return "(?:" + "|".join(re.escape(x) for x in families) + r")\..*"
+def amqp_permissions(
+    rows: Iterable[contract.Row], who: Who
+) -> tuple[str, str, str, tuple[TopicPermission, ...]]:
+    """Configure, write and read regexes and topic permissions of `who` for the granted
+    `rows` (`mesh.contract.TABLE`): a `Publish` writes its exchange, a `Consume` reads its
+    queues, an `Own` configures, writes and reads its queues (listed last) and reads the
+    exchanges they bind; the routing keys of topic exchanges become topic permissions."""
+    t = who.topology
+    own: list[str] = []
+    write: list[str] = []
+    read: list[str] = []
+    # exchange -> (write atoms, read atoms), in the order the rows name them
+    keys: dict[str, tuple[list[str], list[str]]] = {}
+    for row in rows:
+        if not row.granted:
+            continue
+        g = row.grant
+        if isinstance(g, Publish):
+            exchange = g.exchange(t)
+            write.append(lit(exchange))
+            if g.keys is not None:
+                keys.setdefault(exchange, ([], []))[0].extend(g.keys(who))
+        elif isinstance(g, Consume):
+            read.append(g.queue(who))
+        else:
+            own.append(g.queues(who))
+            for bind in g.binds:
+                exchange = bind.exchange(t)
+                read.append(lit(exchange))
+                keys.setdefault(exchange, ([], []))[1].extend(bind.keys(who))
+    topics = tuple(
+        TopicPermission(exchange, _topic_regex(w), _topic_regex(r))
+        for exchange, (w, r) in keys.items()
+    )
+    return anchored(own), anchored([*write, *own]), anchored([*read, *own]), topics
 
 
-def _dead_keys(topology: Topology) -> str:
-    """The dead-letter routing keys of every reason (`Topology.dead_key`)."""
-    return "(?:" + "|".join(re.escape(topology.dead_key(r)) for r in DEAD_REASONS) + ")"
+def _topic_regex(atoms: Sequence[str]) -> str:
+    """`anchored`, but `patterns.ANY_KEY` stays the broker's plain ``.*``."""
+    return ANY_KEY if ANY_KEY in atoms else anchored(atoms)
 
 
 def dead_letter_policy(topology: Topology, max_length_bytes: int) -> DeadLetterPolicy:
