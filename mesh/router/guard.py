@@ -18,7 +18,7 @@ The sender is the broker-validated ``user_id`` of the message, never a body fiel
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope
@@ -26,9 +26,32 @@ from mesh.topology import Topology
 from schemas import TaskEnvelope
 
 
+class Guard(Protocol):
+    """What a router believes of a message's sender (chosen once: `guard_for`)."""
+
+    def check(
+        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+    ) -> TaskEnvelope | Refusal: ...
+
+    def owner(self, user_id: str | None) -> str: ...
+
+
+class OpenGuard:
+    """Access control off: every sender is believed and no task_id has an owner."""
+
+    def check(
+        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+    ) -> TaskEnvelope | Refusal:
+        return envelope
+
+    def owner(self, user_id: str | None) -> str:
+        return ""
+
+
 class IngressGuard:
+    """Access control on: the sender decides (see the module docstring)."""
+
     def __init__(self, settings: Any, topology: Topology) -> None:
-        self.enabled = bool(settings.access_control)
         self.scope = AccessScope.from_settings(settings)
         self.topology = topology
 
@@ -74,8 +97,12 @@ class IngressGuard:
     def owner(self, user_id: str | None) -> str:
         """Who a new task's task_id and trace_id belong to: a client's user (workers hand
         off on the traces of the tasks they run, so theirs stay open); '' when off."""
-        role = self.scope.role_of(user_id or "") if self.enabled else None
+        role = self.scope.role_of(user_id or "")
         return (user_id or "") if role is not None and role.kind == "client" else ""
 
 
-__all__ = ["IngressGuard"]
+def guard_for(settings: Any, topology: Topology) -> Guard:
+    return IngressGuard(settings, topology) if settings.access_control else OpenGuard()
+
+
+__all__ = ["Guard", "IngressGuard", "OpenGuard", "guard_for"]

@@ -10,7 +10,8 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.roles import Role
 from mesh.connection import MeshConnection
-from mesh.router.service import RouteChoice, RouterService, Selector
+from mesh.router.choice import RouteChoice, Selector
+from mesh.router.service import RouterService
 from mesh.worker.agent import Agent
 from mesh.worker.membership import Membership
 from mesh.worker.runtime import WorkerRuntime

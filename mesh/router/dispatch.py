@@ -1,0 +1,126 @@
+"""The dispatch step: publish a recorded dispatch to its agent's capability key.
+
+The task is already ``dispatched`` in Redis when the publish goes out (confirmed,
+mandatory, expiring after the accept timeout unless the agent's own queue is where it
+waits). An unbound key (the agent's queue is gone) excludes that agent and chooses again.
+Only a confirmed dispatch counts: the selector's load and learning, the hooks, the
+``task.dispatched`` and ``route.decision`` events.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from aiormq.exceptions import PublishError
+
+from mesh.router.choice import RouteChoice, decision_event
+from mesh.router.endings import no_agent, time_left_ms
+
+if TYPE_CHECKING:
+    from mesh.router.choice import Chooser
+    from mesh.router.deps import RouterDeps
+    from mesh.router.endings import Endings
+    from schemas import TaskEnvelope
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, deps: RouterDeps, chooser: Chooser, endings: Endings) -> None:
+        self.deps = deps
+        self.chooser = chooser
+        self.endings = endings
+
+    async def dispatch(
+        self,
+        envelope: TaskEnvelope,
+        choice: RouteChoice,
+        raw: bytes,
+        received: float,
+        *,
+        patient: bool = False,
+    ) -> None:
+        """Publish `envelope` to `choice` (inside the hooks' dispatch scope)."""
+        with self.deps.hooks.dispatch(envelope, choice.agent_id, choice.route):
+            await self._dispatch(envelope, choice, raw, received, patient=patient)
+
+    async def _dispatch(
+        self,
+        envelope: TaskEnvelope,
+        choice: RouteChoice,
+        raw: bytes,
+        received: float,
+        *,
+        patient: bool,
+    ) -> None:
+        deps = self.deps
+        hooks = deps.hooks
+        while True:
+            left = time_left_ms(envelope)
+            expiration = left if patient else min(deps.settings.accept_timeout_ms, left)
+            key = deps.topology.agent_routing_key(choice.agent_id, envelope.priority)
+            sent = envelope.model_copy(update={"route": choice.route})
+            await deps.replies.dispatching(envelope.task_id, choice.agent_id)
+            try:
+                await deps.publisher.publish_envelope(
+                    deps.topology.capabilities,
+                    key,
+                    sent,
+                    expiration_ms=expiration,
+                    headers=hooks.dispatch_headers(),
+                )
+                break
+            except PublishError:
+                logger.info(
+                    "task_id=%s: no queue bound for agent=%s", envelope.task_id, choice.agent_id
+                )
+                hooks.rerouted(choice.agent_id, "unbound")
+            envelope = envelope.model_copy(
+                update={
+                    "excluded_agents": [*envelope.excluded_agents, choice.agent_id],
+                    "reroutes": envelope.reroutes + 1,
+                }
+            )
+            rerouting = await deps.store.advance(
+                envelope.task_id, "rerouting", "routing", by=deps.router_id, note="unbound"
+            )
+            if rerouting is None:
+                return
+            await deps.emit(envelope, rerouting, {"from_agent": choice.agent_id})
+            ending = self.chooser.ending(envelope)
+            found = None if ending is not None else await self.chooser.choose(envelope)
+            if found is None:
+                await self.endings.end(envelope, raw, ending or no_agent(envelope))
+                return
+            choice = found
+            hooks.chose(choice.agent_id, choice.route)
+            moved = await deps.store.advance(
+                envelope.task_id, "dispatched", by=deps.router_id, agent_id=choice.agent_id
+            )
+            if moved is None:
+                return
+        elapsed = time.perf_counter() - received
+        route_ms = round(elapsed * 1000, 3)
+        hooks.dispatched(choice.agent_id, choice.route.strategy, elapsed)
+        # only now, with the publish confirmed, does the dispatch count (breaker probe,
+        # load, learning): a dispatch that did not happen leaves no trace in them
+        deps.selector.dispatched(sent, choice)
+        await deps.emit(
+            sent, ("dispatched",), {"route": choice.route.model_dump()}, agent_id=choice.agent_id
+        )
+        await deps.publisher.emit(
+            decision_event(sent, choice, {"route_ms": route_ms}, choice.explain)
+        )
+        logger.debug(
+            "dispatched task_id=%s agent=%s strategy=%s score=%s route_ms=%.2f",
+            envelope.task_id,
+            choice.agent_id,
+            choice.route.strategy,
+            choice.route.score,
+            route_ms,
+        )
+
+
+__all__ = ["Dispatcher"]

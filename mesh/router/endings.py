@@ -1,0 +1,173 @@
+"""How the router ends what it cannot route: the reasons, and the terminal step.
+
+The reasons (`Ending`, `ending_of`, `no_agent`) are pure. `Endings` carries one out: the
+task's Result is recorded, every caller answered, the body dead-lettered with the reason.
+A body that does not decode and a message the guard does not believe end here too,
+answered first when their reply route allows it, then kept in ``dead.invalid``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from mesh.access.refusal import Refusal
+from mesh.messaging import waiter, waiter_of
+from mesh.results import error_result
+from mesh.topology import DeadReason
+from schemas import InvalidEnvelope, Result, TaskEnvelope, now_ms
+from schemas.codec import peek
+from schemas.result import ErrorInfo, Status
+
+if TYPE_CHECKING:
+    from mesh.router.deps import RouterDeps
+
+logger = logging.getLogger(__name__)
+
+
+class Ending(NamedTuple):
+    """A task the router ends itself: status, dead-letter queue, error code and message."""
+
+    status: Status
+    reason: DeadReason
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+def time_left_ms(envelope: TaskEnvelope) -> int:
+    """Milliseconds to the task's deadline (its whole timeout before it is stamped)."""
+    if envelope.deadline_ms is None:
+        return envelope.timeout_ms
+    return envelope.deadline_ms - now_ms()
+
+
+def no_agent(envelope: TaskEnvelope) -> Ending:
+    """Nothing could be chosen for `envelope`."""
+    return Ending(
+        "unroutable",
+        "unroutable",
+        "no_agent",
+        "no live agent matches the task",
+        {"excluded_agents": envelope.excluded_agents},
+    )
+
+
+def ending_of(envelope: TaskEnvelope, max_reroutes: int) -> Ending | None:
+    """Why the task must end before any agent is chosen (hops, deadline, reroutes)."""
+    if envelope.hops >= envelope.max_hops and envelope.hops > 0:
+        return Ending(
+            "dead",
+            "hops",
+            "max_hops_exceeded",
+            f"hops={envelope.hops} reached max_hops={envelope.max_hops}",
+            {"trajectory": envelope.trajectory},
+        )
+    if time_left_ms(envelope) <= 0:
+        return Ending(
+            "expired",
+            "expired",
+            "deadline_passed",
+            "the task's deadline passed before it could be dispatched",
+        )
+    if envelope.reroutes > max_reroutes:
+        return Ending(
+            "unroutable",
+            "unroutable",
+            "reroutes_exhausted",
+            f"no agent accepted the task after {envelope.reroutes - 1} reroutes",
+            {"excluded_agents": envelope.excluded_agents},
+        )
+    return None
+
+
+def death_reason(headers: dict[str, Any]) -> str:
+    """Why RabbitMQ dead-lettered a dispatch: expired, rejected, delivery_limit, maxlen."""
+    reason = headers.get("x-first-death-reason")
+    if isinstance(reason, bytes):
+        reason = reason.decode()
+    if isinstance(reason, str):
+        return reason
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
+        first = deaths[0].get("reason")
+        return first.decode() if isinstance(first, bytes) else str(first)
+    return "unknown"
+
+
+class Endings:
+    """The terminal step: answer, record, dead-letter."""
+
+    def __init__(self, deps: RouterDeps) -> None:
+        self.deps = deps
+        #: messages the guard did not believe (or whose task_id is another user's)
+        self.refused = 0
+
+    async def end(self, envelope: TaskEnvelope, raw: bytes, ending: Ending) -> None:
+        """Record the Result, answer every caller, dead-letter with the reason.
+
+        The Result is stored with the task, so a later duplicate of the task_id gets the
+        same answer; every reply_to recorded for the task_id is answered.
+        """
+        deps = self.deps
+        status, reason, code, message, details = ending
+        claims = int((await deps.store.holder_of(envelope.task_id)).get("claims", 0) or 0)
+        if claims:
+            # the caller must not read "never ran": an instance that then died had started it
+            message += (
+                f"; it had started on an instance ({claims} claim(s)), so side effects of "
+                "its handler may have happened"
+            )
+            details = {**(details or {}), "started": True}
+        result = error_result(envelope, status, code, message, details)
+        commit = await deps.store.finish(result, status, by=deps.router_id, note=code)
+        if commit.status == "done":
+            logger.info("task_id=%s already finished; %s dropped", envelope.task_id, code)
+            return
+        deps.hooks.ended(status, code)
+        waiters = set(commit.waiters)
+        own = waiter_of(envelope)
+        if own:
+            waiters.add(own)
+        for each in sorted(waiters):
+            await deps.reply(each, result)
+        await deps.store.mark_replied(envelope.task_id)
+        await deps.dead_letter(
+            reason,
+            raw,
+            details={"code": code, "message": message, **(details or {})},
+            task_id=envelope.task_id,
+        )
+        await deps.emit(envelope, (status,), {"code": code, "message": message})
+
+    async def refuse(self, envelope: TaskEnvelope, body: bytes, refusal: Refusal) -> None:
+        """An ingress message the guard does not believe: kept in ``dead.invalid``, and its
+        sender answered only when its reply route is its own (`Refusal.answer`)."""
+        self.refused += 1
+        logger.warning("task_id=%s refused: %s", envelope.task_id, refusal.message)
+        if refusal.answer:
+            result = error_result(envelope, "failed", refusal.code, refusal.message)
+            await self.deps.reply(waiter_of(envelope), result)
+        details = {"code": refusal.code, "message": refusal.message}
+        await self.deps.dead_letter("invalid", body, details=details)
+
+    async def invalid(
+        self, exc: InvalidEnvelope, reply_to: str | None = None, correlation_id: str | None = None
+    ) -> None:
+        """Answer an invalid body where it says (or the AMQP reply_to), dead-letter it."""
+        reply_to = peek(exc.raw, "reply_to") or reply_to
+        task_id = peek(exc.raw, "task_id") or "unknown"
+        if reply_to is not None:
+            result = Result(
+                task_id=task_id[:128],
+                trace_id=(peek(exc.raw, "trace_id") or "")[:128] or None,
+                status="failed",
+                error=ErrorInfo(
+                    code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
+                ),
+            )
+            await self.deps.reply(waiter(reply_to, correlation_id), result)
+        await self.deps.dead_letter("invalid", exc.raw, details=exc.as_details())
+
+
+__all__ = ["Ending", "Endings", "death_reason", "ending_of", "no_agent", "time_left_ms"]

@@ -1,0 +1,135 @@
+"""The intake step: a body from the router queue becomes a believed, recorded task.
+
+`Intake.decode` turns the body into a `TaskEnvelope` (an invalid one is answered and
+dead-lettered); `Intake.stamp` adds what ingress owes a task (creation time, absolute
+deadline, the AMQP reply route); `Intake.admit` records a new task with its whole path in
+one Redis step, or answers (or joins) a duplicate of its task_id.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mesh.access.refusal import Refusal
+from mesh.messaging import waiter_of
+from mesh.router.returns import before_dispatch
+from schemas import InvalidEnvelope, TaskEnvelope, decode, now_ms
+
+if TYPE_CHECKING:
+    from mesh.router.choice import Plan
+    from mesh.router.deps import RouterDeps
+    from mesh.router.endings import Endings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One message of the router queue, as the broker delivered it.
+
+    `user_id` is the broker-validated sender: under access control it decides (the
+    guard), never a body field. `reply_to` and `correlation_id` are the AMQP properties
+    (standard RPC): the Result goes to `reply_to` when the body names no queue, and
+    carries the caller's `correlation_id`; fields of the body win.
+    """
+
+    body: bytes
+    headers: dict[str, Any] = field(default_factory=dict)
+    routing_key: str = ""
+    redelivered: bool = False
+    #: `time.perf_counter()` when it arrived (routing time is measured from here)
+    received: float = 0.0
+    reply_to: str | None = None
+    correlation_id: str | None = None
+    user_id: str | None = None
+
+
+class Intake:
+    def __init__(self, deps: RouterDeps, endings: Endings) -> None:
+        self.deps = deps
+        self.endings = endings
+        #: task_ids seen again (answered from the stored Result, or joined)
+        self.duplicates = 0
+
+    async def decode(self, delivery: Delivery) -> TaskEnvelope | None:
+        """The envelope, or None when the body is invalid (answered and dead-lettered)."""
+        try:
+            return decode(
+                TaskEnvelope, delivery.body, max_payload_bytes=self.deps.settings.max_payload_bytes
+            )
+        except InvalidEnvelope as exc:
+            await self.endings.invalid(exc, delivery.reply_to, delivery.correlation_id)
+            return None
+
+    @staticmethod
+    def stamp(envelope: TaskEnvelope, delivery: Delivery) -> TaskEnvelope:
+        """Ingress bookkeeping: creation time and an absolute deadline when absent, and the
+        AMQP reply route (properties) when the body has none."""
+        now = now_ms()
+        reply_to, correlation_id = delivery.reply_to, delivery.correlation_id
+        update: dict[str, Any] = {}
+        if envelope.reply_to is None and reply_to:
+            update["reply_to"] = reply_to[:255]
+        if envelope.correlation_id is None and correlation_id not in (None, "", envelope.task_id):
+            update["correlation_id"] = str(correlation_id)[:255]
+        if envelope.created_ms is None:
+            update["created_ms"] = now
+        if envelope.deadline_ms is None:
+            update["deadline_ms"] = now + envelope.timeout_ms
+        return envelope.model_copy(update=update) if update else envelope
+
+    async def admit(self, plan: Plan, delivery: Delivery) -> bool:
+        """Record a new task (with its dispatch when chosen); answer or join a duplicate.
+
+        True when the task must go on (dispatched, or ended when nothing was chosen).
+        """
+        deps = self.deps
+        envelope, choice = plan.envelope, plan.choice
+        agent = choice.agent_id if choice is not None else ""
+        dispatch = ("dispatched",) if choice is not None else ()
+        states = ("submitted", "routing", *dispatch)
+        sub = await deps.store.submit(
+            envelope,
+            redelivered=delivery.redelivered,
+            states=states,
+            by=deps.router_id,
+            agent_id=agent,
+            owner=deps.guard.owner(delivery.user_id),
+        )
+        if sub.status == "foreign":
+            text = f"task_id {envelope.task_id} or trace_id {envelope.trace_id} is another user's"
+            refusal = Refusal("task_id_in_use", text, answer=True)
+            await self.endings.refuse(envelope, delivery.body, refusal)
+            return False
+        if sub.status == "new":
+            await deps.emit(envelope, before_dispatch(states))
+            return True
+        if sub.status == "resume":
+            logger.info(
+                "task_id=%s redelivered in state %s: routing it", envelope.task_id, sub.state
+            )
+            if not dispatch:
+                return True
+            path = ("dispatched",) if sub.state == "dispatched" else ("routing", "dispatched")
+            moved = await deps.store.advance(
+                envelope.task_id, *path, by=deps.router_id, agent_id=agent
+            )
+            return moved is not None
+        self.duplicates += 1
+        if sub.status == "answered":
+            logger.info("redelivered task_id=%s was answered already", envelope.task_id)
+        elif sub.status == "done" and sub.result is not None:
+            logger.info("duplicate task_id=%s answered from its stored result", envelope.task_id)
+            await deps.reply(waiter_of(envelope), await deps.replies.answer_of(sub.result))
+        else:
+            logger.info(
+                "duplicate task_id=%s in state %s: its caller waits for the same Result",
+                envelope.task_id,
+                sub.state,
+            )
+        return False
+
+
+__all__ = ["Delivery", "Intake"]
