@@ -14,6 +14,7 @@ from typing import Any, Literal
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractExchange, ExchangeType
 
+from mesh.config import Settings
 from mesh.errors import ConfigError
 
 DeadReason = Literal["invalid", "unroutable", "hops", "retries", "expired"]
@@ -96,16 +97,22 @@ class TopologySpec:
         )
 
 
+def _setting(name: str) -> Any:
+    """The default of `Settings.<name>`, the one place it is written."""
+    return Settings.model_fields[name].default
+
+
 @dataclass(frozen=True, slots=True)
 class Topology:
     """Names and declarations for one namespace (``Topology.from_settings(settings)``)."""
 
-    namespace: str = "mesh"
-    queue_type: Literal["classic", "quorum"] = "classic"
-    delivery_limit: int = 5
-    retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
+    # the defaults are the settings' (`Settings.namespace`...; `mode` is `Settings.topology`)
+    namespace: str = _setting("namespace")
+    queue_type: Literal["classic", "quorum"] = _setting("queue_type")
+    delivery_limit: int = _setting("delivery_limit")
+    retry_delays_ms: tuple[int, ...] = _setting("retry_delays_ms")
     #: ``passive``: `declare` only checks that the objects exist (the admin applied them)
-    mode: Literal["apply", "passive"] = "apply"
+    mode: Literal["apply", "passive"] = _setting("topology")
 
     @classmethod
     def from_settings(cls, settings: Any) -> Topology:
@@ -114,7 +121,7 @@ class Topology:
             queue_type=settings.queue_type,
             delivery_limit=settings.delivery_limit,
             retry_delays_ms=tuple(sorted(set(settings.retry_delays_ms))),
-            mode=getattr(settings, "topology", "apply"),
+            mode=getattr(settings, "topology", _setting("topology")),
         )
 
     # --- names ---------------------------------------------------------------------------

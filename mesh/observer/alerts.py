@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mesh.config import Settings
 from mesh.observer.windows import CountWindow, GrowthWindow, RatioWindow
 from mesh.topology import DEAD_REASONS, Topology
 from mesh.worker.middleware import LOOP_VISITS
@@ -63,32 +64,43 @@ ONE_SHOT_REMEMBERED = 50_000
 RECENT_ALERTS = 100
 
 
+#: `Thresholds` fields that are the settings ``observer_<field>`` (defaults read there)
+SETTINGS_FIELDS: tuple[str, ...] = (
+    "window_s",
+    "min_samples",
+    "no_match_ratio",
+    "arbitration_ratio",
+    "flap_count",
+    "flap_window_s",
+    "dead_letter_growth",
+    "dead_letter_window_s",
+)
+SETTINGS_PREFIX = "observer_"
+
+
+def _setting(name: str) -> Any:
+    """The default of `Settings.observer_<name>`, the one place it is written."""
+    return Settings.model_fields[SETTINGS_PREFIX + name].default
+
+
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """The numbers of the rules (`from_settings`: the ``MESH_OBSERVER_*`` settings)."""
+    """The numbers of the rules (`from_settings`: the ``MESH_OBSERVER_*`` settings, whose
+    defaults are these defaults)."""
 
-    window_s: float = 60.0
-    min_samples: int = 20
-    no_match_ratio: float = 0.20
-    arbitration_ratio: float = 0.15
-    flap_count: int = 3
-    flap_window_s: float = 300.0
-    dead_letter_growth: int = 5
-    dead_letter_window_s: float = 300.0
+    window_s: float = _setting("window_s")
+    min_samples: int = _setting("min_samples")
+    no_match_ratio: float = _setting("no_match_ratio")
+    arbitration_ratio: float = _setting("arbitration_ratio")
+    flap_count: int = _setting("flap_count")
+    flap_window_s: float = _setting("flap_window_s")
+    dead_letter_growth: int = _setting("dead_letter_growth")
+    dead_letter_window_s: float = _setting("dead_letter_window_s")
     loop_visits: int = LOOP_VISITS
 
     @classmethod
     def from_settings(cls, settings: Any) -> Thresholds:
-        return cls(
-            window_s=settings.observer_window_s,
-            min_samples=settings.observer_min_samples,
-            no_match_ratio=settings.observer_no_match_ratio,
-            arbitration_ratio=settings.observer_arbitration_ratio,
-            flap_count=settings.observer_flap_count,
-            flap_window_s=settings.observer_flap_window_s,
-            dead_letter_growth=settings.observer_dead_letter_growth,
-            dead_letter_window_s=settings.observer_dead_letter_window_s,
-        )
+        return cls(**{f: getattr(settings, SETTINGS_PREFIX + f) for f in SETTINGS_FIELDS})
 
 
 @dataclass(frozen=True, slots=True)

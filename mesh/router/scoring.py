@@ -20,15 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from mesh.config import Settings
 from mesh.router.index import AgentStats, CapabilityIndex
-
-if TYPE_CHECKING:
-    from mesh.config import Settings
 
 __all__ = [
     "AgentStats",
@@ -49,18 +47,36 @@ BELOW_THRESHOLD = "below_threshold"
 _EPS = 1e-6
 
 
+#: `ScoreWeights` fields that are settings of the same name (their defaults are read there)
+SETTINGS_FIELDS: tuple[str, ...] = (
+    "w_semantic",
+    "w_load",
+    "w_idle",
+    "w_history",
+    "keyword_boost",
+    "tie_margin",
+    "exploration_share",
+)
+
+
+def _setting(name: str) -> Any:
+    """The default of `Settings.<name>`, the one place it is written."""
+    return Settings.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class ScoreWeights:
-    """The knobs of `score`; build with `ScoreWeights.from_settings`."""
+    """The knobs of `score`; build with `ScoreWeights.from_settings`. The defaults of the
+    `SETTINGS_FIELDS` are the settings' own."""
 
     threshold: float
-    w_semantic: float = 0.60
-    w_load: float = 0.25
-    w_idle: float = 0.10
-    w_history: float = 0.05
-    keyword_boost: float = 0.15
-    tie_margin: float = 0.10
-    exploration_share: float = 0.05
+    w_semantic: float = _setting("w_semantic")
+    w_load: float = _setting("w_load")
+    w_idle: float = _setting("w_idle")
+    w_history: float = _setting("w_history")
+    keyword_boost: float = _setting("keyword_boost")
+    tie_margin: float = _setting("tie_margin")
+    exploration_share: float = _setting("exploration_share")
     #: added per priority level (agents register an integer priority, default 0)
     priority_bonus: float = 0.02
     #: seconds of idleness that earn the full idle part
@@ -71,16 +87,7 @@ class ScoreWeights:
     @classmethod
     def from_settings(cls, settings: Settings, *, threshold: float) -> ScoreWeights:
         """Weights from `settings`; `threshold` is already resolved (see `calibrate`)."""
-        return cls(
-            threshold=threshold,
-            w_semantic=settings.w_semantic,
-            w_load=settings.w_load,
-            w_idle=settings.w_idle,
-            w_history=settings.w_history,
-            keyword_boost=settings.keyword_boost,
-            tie_margin=settings.tie_margin,
-            exploration_share=settings.exploration_share,
-        )
+        return cls(threshold=threshold, **{f: getattr(settings, f) for f in SETTINGS_FIELDS})
 
 
 @dataclass(frozen=True)
