@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from pamqp.commands import Basic
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, PublishNacked
 from mesh.lifecycle import Lifecycle
+from mesh.retrying import TRANSIENT_ERRORS
 from mesh.topology import (
     DETAILS_HEADER,
     INVALID_KEEP_BYTES,
@@ -41,6 +43,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 JSON = "application/json"
+
+#: alert a component emits when the broker refused one of its dead letters (a full
+#: ``<ns>.dead.<reason>`` under reject-publish): the message was dropped, not requeued
+DROPPED_ALERT = "alert.dead_letter_dropped"
+#: at most one WARNING line and one `DROPPED_ALERT` per reason in this many seconds
+DROP_REPORT_S = 60.0
+#: what may keep a `DROPPED_ALERT` from going out (the drop is counted and logged anyway)
+_ALERT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, aiormq.exceptions.AMQPError)
 
 
 def login_of(settings: Any) -> str:
@@ -117,6 +127,10 @@ class Publisher(Lifecycle):
         self._fast_exchanges: dict[str, AbstractExchange] = {}
         #: the component's span hooks, set by `start()` (None: ``MESH_OTEL=off``)
         self.tracing: Tracing | None = None
+        #: dead letters the broker refused, by reason (`dead_letter`; read by the metrics)
+        self.dropped: dict[str, int] = {}
+        #: per reason: (monotonic time of the last report, the count it reported)
+        self._drop_reported: dict[str, tuple[float, int]] = {}
 
     async def start(self) -> None:
         if self._confirmed is not None:
@@ -233,8 +247,47 @@ class Publisher(Lifecycle):
             message_id=task_id,
             content_type=JSON,
         )
-        await self.send(ex, message, self.topology.dead_key(reason), mandatory=False)
+        try:
+            await self.send(ex, message, self.topology.dead_key(reason), mandatory=False)
+        except PublishNacked:
+            # the broker refused it (a full dead queue under reject-publish): raising would
+            # requeue the message, which comes back, is refused again, for ever
+            await self._dropped(reason, task_id)
+            return
         logger.info("dead-lettered reason=%s task_id=%s", reason, task_id)
+
+    async def _dropped(self, reason: DeadReason, task_id: str | None) -> None:
+        """Count a dead letter the broker refused; at most once per `DROP_REPORT_S` and
+        reason, log one WARNING with the count and emit `DROPPED_ALERT`."""
+        total = self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        now = time.monotonic()
+        last = self._drop_reported.get(reason)
+        if last is not None and now - last[0] < DROP_REPORT_S:
+            return
+        last_total = 0 if last is None else last[1]
+        self._drop_reported[reason] = (now, total)
+        queue = self.topology.dead_queue(reason)
+        logger.warning(
+            "dead letter dropped: the broker refused it into %s (full under its cap?) "
+            "reason=%s task_id=%s dropped=%d (%d since the last report); "
+            "see `mesh dlq list %s`",
+            queue,
+            reason,
+            task_id,
+            total,
+            total - last_total,
+            reason,
+        )
+        alert = Event(
+            type=DROPPED_ALERT,
+            task_id=task_id,
+            data={"reason": reason, "queue": queue, "dropped": total - last_total, "total": total},
+        )
+        try:
+            await self.emit(alert)
+        except _ALERT_ERRORS:
+            # the drop is counted and logged; an alert is as transient as any event
+            logger.warning("could not emit %s", DROPPED_ALERT, exc_info=True)
 
     async def emit(self, event: Event) -> None:
         """Publish an event on `mesh.events` (transient, no confirm)."""

@@ -41,6 +41,8 @@ REGISTRY_STATS = {
 }
 REGISTRY_FAMILIES = (*REGISTRY_STATS, "leases_live")
 WORKER_FAMILIES = ("in_flight", "slots", "deliveries")
+#: read from the publisher of every kind of component
+DROPPED_FAMILY = "dead_letters_dropped"
 
 
 def family(key: str, value: float | None = None) -> Sampled:
@@ -60,7 +62,7 @@ class ComponentCollector:
 
     def describe(self) -> Iterator[Metric]:
         """The names this collector may yield (the registry refuses a clash)."""
-        for key in (*ROUTER_FAMILIES, *REGISTRY_FAMILIES, *WORKER_FAMILIES):
+        for key in (*ROUTER_FAMILIES, *REGISTRY_FAMILIES, *WORKER_FAMILIES, DROPPED_FAMILY):
             yield family(key)
 
     def collect(self) -> Iterator[Metric]:
@@ -73,6 +75,9 @@ class ComponentCollector:
         workers = list(self.watched["worker"])
         if workers:
             yield from worker_families(workers)
+        every = [*routers, *registries, *workers]
+        if every:
+            yield dropped_family(every)
 
 
 def router_families(routers: list[Any]) -> Iterator[Metric]:
@@ -123,6 +128,19 @@ def registry_families(registries: list[Any]) -> Iterator[Metric]:
     counts = [r.leases_live for r in registries if r.leases_live is not None]
     if counts:  # one namespace, one Redis: any registry's last count will do
         yield family("leases_live", max(counts))
+
+
+def dropped_family(components: list[Any]) -> Metric:
+    """Dead letters the components' publishers dropped, by reason, summed."""
+    totals: dict[str, int] = {}
+    for component in components:
+        publisher = getattr(component, "publisher", None)
+        for reason, count in list(getattr(publisher, "dropped", {}).items()):
+            totals[reason] = totals.get(reason, 0) + count
+    dropped = family(DROPPED_FAMILY)
+    for reason, count in sorted(totals.items()):
+        dropped.add_metric([reason], count)
+    return dropped
 
 
 def worker_families(workers: list[Any]) -> Iterator[Metric]:

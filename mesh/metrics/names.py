@@ -24,7 +24,7 @@ TASK_BUCKETS = (
     *(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
     *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0),
 )
-#: why RabbitMQ returned a dispatch (`mesh.router.service.death_reason`) and ``unbound``
+#: why RabbitMQ returned a dispatch (`mesh.router.endings.death_reason`) and ``unbound``
 #: (no queue bound for the agent); any other reason is counted as ``other``
 REROUTE_REASONS = frozenset({"expired", "rejected", "delivery_limit", "maxlen", "unbound"})
 #: the states of a circuit breaker (`mesh.router.breaker.State`)
@@ -127,6 +127,13 @@ SCRAPED: Mapping[str, Family] = {
     ),
     "registry_refused": _f("registry_refused", "counter", "Registry messages refused"),
     "leases_live": _f("registry_leases_live", "gauge", "Live leases in Redis, whole namespace"),
+    # any component (`Publisher.dropped`)
+    "dead_letters_dropped": _f(
+        "dead_letters_dropped",
+        "counter",
+        "Dead letters the broker refused (a full <ns>.dead.<reason>): dropped, not requeued",
+        "reason",
+    ),
     # worker
     "in_flight": _f("worker_in_flight", "gauge", "Tasks in flight in this process", "agent"),
     "slots": _f("worker_slots", "gauge", "Concurrency of the agent's instances here", "agent"),
