@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -62,19 +62,26 @@ _warned_unknown: set[str] = set()
 
 def mask_url(url: str) -> str:
     """Return `url` with its password replaced by ``******`` (aio-pika's convention), and
-    so is any query value whose name says password (``ssl_password=...``)."""
-    parts = urlsplit(url)
+    so is any query value whose name says password (``ssl_password=...``).
+
+    The credentials end at the *last* ``@``, so a password with a ``/``, ``?`` or ``#``
+    that was not %-encoded (which `urlsplit` reads as the path) is masked too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url if "@" not in url else "<URL with credentials>"
+    userinfo, at, tail = rest.rpartition("@")
+    if at and ":" in userinfo:
+        rest = f"{userinfo.partition(':')[0]}:******@{tail}"
+    head, q, query = rest.partition("?")
+    if not q:
+        return f"{scheme}://{rest}"
+    query, hash_, fragment = query.partition("#")
     query = "&".join(
-        f"{name}=******" if "password" in name.lower() else f"{name}={value}" if sep else name
-        for name, sep, value in (item.partition("=") for item in parts.query.split("&") if item)
+        f"{name}=******" if "password" in name.lower() else f"{name}={value}" if eq else name
+        for name, eq, value in (item.partition("=") for item in query.split("&") if item)
     )
-    if parts.password is None:
-        return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:******@{host}", parts.path, query, ""))
+    return f"{scheme}://{head}?{query}{hash_}{fragment}"
 
 
 def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
@@ -82,8 +89,12 @@ def check_url(url: str, schemes: tuple[str, ...]) -> str | None:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        return f"{mask_url_safe(url)!r} does not parse ({exc})"
+    except ValueError:
+        # not the parser's words: they quote a piece of the URL (of its password, often)
+        return (
+            f"{mask_url_safe(url)!r} does not parse: a port that is not a number, or a "
+            "user or password with : / ? # @ not %-encoded (%3A %2F %3F %23 %40)"
+        )
     if parts.scheme not in schemes:
         want = " or ".join(f"{s}://" for s in schemes)
         return f"{mask_url_safe(url)!r} should start with {want}"
@@ -172,7 +183,8 @@ def default_state_dir() -> Path:
 class Settings(BaseModel):
     """Every tunable of the mesh. Build with `Settings.from_env()` or directly in tests."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    #: a validation error never quotes the value (a URL holds a password)
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     # --- connections -------------------------------------------------------------------
     #: one URL, or the nodes of one cluster comma separated (see `amqp_urls`)
