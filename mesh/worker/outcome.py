@@ -6,6 +6,10 @@ Handlers report outcomes by returning (completed) or raising: `Retry` or a trans
 which tries the next candidate), a deadline (`expired`), anything else (`failed`).
 `mesh.worker.settle.Settler` carries outcomes out on the wire; `mesh.testing` maps them the
 same way in memory.
+
+The caller sees an exception as its type and its message through `mesh.redact.redact`
+(no URL, no password, no token): a database driver's error quoting its DSN stays in this
+process's log (with the traceback), never in a Result.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mesh.errors import EffectUnknown, Reject, Retry
+from mesh.redact import redact
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS
 from schemas import Result, TaskEnvelope
@@ -45,14 +50,19 @@ def outcome_of_error(exc: Exception, task_id: str = "") -> Outcome:
     if isinstance(exc, Reject):
         return Outcome("reject", message=exc.reason)
     if isinstance(exc, TRANSIENT_ERRORS):
-        return Outcome("retry", message=f"{type(exc).__name__}: {exc}")
+        return Outcome("retry", message=error_text(exc))
     if isinstance(exc, EffectUnknown):
         logger.error("task_id=%s: %s", task_id, exc)
         return Outcome(
             "failed", code=EffectUnknown.code, message=str(exc), details={"effect": exc.name}
         )
     logger.warning("handler failed task_id=%s", task_id, exc_info=exc)
-    return Outcome("failed", code="handler_error", message=f"{type(exc).__name__}: {exc}")
+    return Outcome("failed", code="handler_error", message=error_text(exc))
+
+
+def error_text(exc: BaseException) -> str:
+    """What a caller may read of `exc`: its type and its message without secrets."""
+    return f"{type(exc).__name__}: {redact(str(exc))}"
 
 
 def terminal_result(
@@ -120,7 +130,7 @@ def unstorable_result(
         envelope,
         "failed",
         BAD_OUTPUT,
-        f"the handler's output could not be stored: {type(exc).__name__}: {exc}"[:2000],
+        f"the handler's output could not be stored: {error_text(exc)}"[:2000],
         None,
         timings=timings,
         **ids,
@@ -173,6 +183,7 @@ __all__ = [
     "TRANSIENT_ERRORS",
     "Outcome",
     "check_output",
+    "error_text",
     "nearest_delay",
     "outcome_of_error",
     "terminal_result",
