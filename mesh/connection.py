@@ -146,6 +146,27 @@ def tls_config_error(
     )
 
 
+def warn_unverified_tls(url: str, variable: str) -> bool:
+    """Log a WARNING when `url` turns off the check of the server's certificate (aiormq's
+    ``no_verify_ssl`` other than 0, redis-py's ``ssl_cert_reqs=none``); True when it does."""
+    query = parse_qs(urlsplit(url).query)
+    amqp_off = any(value != "0" for value in query.get("no_verify_ssl", []))
+    redis_off = any(value.lower() == "none" for value in query.get("ssl_cert_reqs", []))
+    if not (amqp_off or redis_off):
+        return False
+    option = "no_verify_ssl" if amqp_off else "ssl_cert_reqs=none"
+    logger.warning(
+        "%s (%s): %s: the server's certificate is not checked, so anyone on the path can "
+        "pose as it and read the mesh's traffic and passwords; drop it and name the CA "
+        "instead (%s=PEM)",
+        variable,
+        without_query(mask_url(url)),
+        option,
+        "cafile" if amqp_off else "ssl_ca_certs",
+    )
+    return True
+
+
 def without_query(url: str) -> str:
     """`url` without its query (TLS options: file names, a key's password) nor fragment."""
     return url.split("?", 1)[0].split("#", 1)[0]
@@ -278,8 +299,10 @@ class MeshConnection(Lifecycle):
         redis_url = s.redis_url.get_secret_value()
         # a TLS option naming a missing file is a setting to fix, not a service to start
         for url in (u.get_secret_value() for u in s.amqp_urls):
+            warn_unverified_tls(url, "MESH_AMQP_URL")
             if urlsplit(url).scheme == "amqps":
                 check_tls_files(url, AMQP_TLS_FILES, "MESH_AMQP_URL")
+        warn_unverified_tls(redis_url, "MESH_REDIS_URL")
         if urlsplit(redis_url).scheme == "rediss":
             check_tls_files(redis_url, REDIS_TLS_FILES, "MESH_REDIS_URL")
         self._amqp = await self._open_amqp()
