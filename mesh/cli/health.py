@@ -16,6 +16,7 @@ import asyncio
 import sys
 from typing import Any
 
+from mesh.access.roles import vhost_of
 from mesh.cli._args import UsageError
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
@@ -75,7 +76,8 @@ def probe(settings: Settings, role: str, agents: list[str], instance: str | None
 async def check(conn: MeshConnection, role: str, agent: str | None, instance: str | None) -> str:
     """A sentence saying the role is served; raises `Unhealthy` saying why not."""
     topology = conn.topology
-    management = Management(conn.settings)
+    # the queues live in the vhost MESH_AMQP_URL opens, not necessarily ``/``
+    management = Management(conn.settings, vhost_of(conn.settings))
     if role in ("router", "registry"):
         name = topology.router_queue if role == "router" else topology.registry
         consumers = await _consumers(management, name)
