@@ -7,6 +7,7 @@ they are cheap, and a lost one is superseded by the next.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -49,6 +50,9 @@ JSON = "application/json"
 DROPPED_ALERT = "alert.dead_letter_dropped"
 #: at most one WARNING line and one `DROPPED_ALERT` per reason in this many seconds
 DROP_REPORT_S = 60.0
+#: a nacked dead letter is tried this often before it counts as refused (dropped)
+DEAD_LETTER_NACK_TRIES = 3
+DEAD_LETTER_NACK_PAUSE_S = 0.05
 #: what may keep a `DROPPED_ALERT` from going out (the drop is counted and logged anyway)
 _ALERT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, aiormq.exceptions.AMQPError)
 
@@ -131,6 +135,8 @@ class Publisher(Lifecycle):
         self.dropped: dict[str, int] = {}
         #: per reason: (monotonic time of the last report, the count it reported)
         self._drop_reported: dict[str, tuple[float, int]] = {}
+        #: when each reason last had a letter refused (a full queue is tried once)
+        self._last_drop: dict[str, float] = {}
 
     async def start(self) -> None:
         if self._confirmed is not None:
@@ -224,8 +230,12 @@ class Publisher(Lifecycle):
         details: Mapping[str, Any] | None = None,
         headers: Mapping[str, Any] | None = None,
         task_id: str | None = None,
-    ) -> None:
+    ) -> bool:
         """Put `body`, exactly as received, into `mesh.dead.<reason>` with the reason.
+
+        Returns False when the broker refused it every time (`DEAD_LETTER_NACK_TRIES`): the
+        letter is dropped and counted (`dropped`), and the caller settles its message as
+        usual. A broker that is away raises (a transient error: the message comes back).
 
         An invalid body (anyone may publish one) keeps at most `INVALID_KEEP_BYTES`, with
         its full size and SHA-256 in headers, so garbage cannot fill the dead letters.
@@ -247,20 +257,29 @@ class Publisher(Lifecycle):
             message_id=task_id,
             content_type=JSON,
         )
-        try:
-            await self.send(ex, message, self.topology.dead_key(reason), mandatory=False)
-        except PublishNacked:
-            # the broker refused it (a full dead queue under reject-publish): raising would
-            # requeue the message, which comes back, is refused again, for ever
-            await self._dropped(reason, task_id)
-            return
+        key = self.topology.dead_key(reason)
+        # a queue that refused a letter a moment ago is full: one try, no pauses
+        full = time.monotonic() - self._last_drop.get(reason, -DROP_REPORT_S) < 1.0
+        for attempt in range(1 if full else DEAD_LETTER_NACK_TRIES):
+            try:
+                await self.send(ex, message, key, mandatory=False)
+                break
+            except PublishNacked:
+                # a quorum queue between leaders nacks once; a full dead queue under
+                # reject-publish nacks every time: raising would requeue the message, which
+                # comes back, is refused again, for ever
+                if full or attempt + 1 == DEAD_LETTER_NACK_TRIES:
+                    await self._dropped(reason, task_id)
+                    return False
+                await asyncio.sleep(DEAD_LETTER_NACK_PAUSE_S * (attempt + 1))
         logger.info("dead-lettered reason=%s task_id=%s", reason, task_id)
+        return True
 
     async def _dropped(self, reason: DeadReason, task_id: str | None) -> None:
         """Count a dead letter the broker refused; at most once per `DROP_REPORT_S` and
         reason, log one WARNING with the count and emit `DROPPED_ALERT`."""
         total = self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        now = time.monotonic()
+        now = self._last_drop[reason] = time.monotonic()
         last = self._drop_reported.get(reason)
         if last is not None and now - last[0] < DROP_REPORT_S:
             return

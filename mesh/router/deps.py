@@ -67,8 +67,8 @@ class RouterDeps:
         details: Mapping[str, Any] | None = None,
         task_id: str | None = None,
     ) -> None:
-        await self.publisher.dead_letter(reason, body, details=details, task_id=task_id)
-        self.hooks.dead_lettered(reason)
+        if await self.publisher.dead_letter(reason, body, details=details, task_id=task_id):
+            self.hooks.dead_lettered(reason)
 
 
 __all__ = ["RouterDeps"]
