@@ -26,7 +26,8 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RequestTimeout
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, quietly, with_retries
+from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, with_retries
+from mesh.wire import AckAfter, Subscriber
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id
 
 logger = logging.getLogger(__name__)
@@ -55,10 +56,11 @@ class MeshClient(Lifecycle):
         self.topology = conn.topology
         self.client_id = client_id or new_id()[:16]
         self.publisher = Publisher(conn)
-        self._channel: AbstractChannel | None = None
+        self._replies = Subscriber(
+            conn, self._declare_reply_queue, self._on_result, AckAfter("Results"), prefetch=256
+        )
         self._reply_queue: AbstractQueue | None = None
         self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
-        self._consumer_tag: str | None = None
         #: how long `submit` keeps retrying through a broker outage
         self.publish_retry_s = PUBLISH_RETRY_S
         #: Results handed to waiting requests; copies nobody waited for are
@@ -90,7 +92,11 @@ class MeshClient(Lifecycle):
             return self
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
-        self._channel = await self.conn.channel(confirms=False, prefetch=256)
+        await self._replies.start()
+        self._reply_queue = self._replies.queue
+        return self
+
+    async def _declare_reply_queue(self, channel: AbstractChannel) -> AbstractQueue:
         # durable, not exclusive: Results published while the broker restarts (or before
         # this client has reconnected) wait in it; x-expires removes it once abandoned
         # in quorum mode it is a quorum queue too: a classic one lives on one node, and
@@ -98,17 +104,17 @@ class MeshClient(Lifecycle):
         arguments: dict[str, Any] = {"x-expires": REPLY_QUEUE_EXPIRES_MS}
         if self.topology.queue_type == "quorum":
             arguments["x-queue-type"] = "quorum"
-        self._reply_queue = await self._channel.declare_queue(
+        queue = await channel.declare_queue(
             self.topology.reply_queue(self.queue_id), durable=True, arguments=arguments
         )
         # Results come through the replies exchange, keyed by this queue (never through
         # the default exchange, which would let a router write any queue)
-        key = self.topology.reply_key(self._reply_queue.name)
-        await self._reply_queue.bind(self.topology.replies, routing_key=key)
-        self._consumer_tag = await self._reply_queue.consume(self._on_result)
-        return self
+        key = self.topology.reply_key(queue.name)
+        await queue.bind(self.topology.replies, routing_key=key)
+        return queue
 
     async def _on_result(self, message: AbstractIncomingMessage) -> None:
+        """Take one Result off the reply queue (acked once this returns)."""
         if self.trusted_sender is not None and message.user_id != self.trusted_sender:
             self.forged_results += 1
             logger.warning(
@@ -116,7 +122,6 @@ class MeshClient(Lifecycle):
                 message.user_id,
                 self.trusted_sender,
             )
-            await quietly(message.ack())
             return
         try:
             result = decode(Result, message.body)
@@ -124,7 +129,6 @@ class MeshClient(Lifecycle):
             logger.warning(
                 "unreadable result on %s dropped: %r", message.body[:200], self.client_id
             )
-            await quietly(message.ack())
             return
         if self.on_result is not None:
             self.on_result(result)
@@ -134,7 +138,6 @@ class MeshClient(Lifecycle):
         else:
             with tracing.result(result, message.headers or {}):
                 self._hand_over(result)
-        await quietly(message.ack())
 
     def _hand_over(self, result: Result) -> None:
         """Give `result` to the requests waiting for its task (or count a copy)."""
@@ -264,21 +267,18 @@ class MeshClient(Lifecycle):
         return agent_id
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
-        queue, self._reply_queue = self._reply_queue, None
-        if queue is not None and self._consumer_tag is not None and channel is not None:
-            # cancel first: deleting a queue under its own consumer makes the broker
-            # cancel it, which aiormq logs as a warning
-            await quietly(queue.cancel(self._consumer_tag))
+        started, self._reply_queue = self._reply_queue is not None, None
+        # cancel first: deleting a queue under its own consumer makes the broker
+        # cancel it, which aiormq logs as a warning
+        await self._replies.stop()
         for waiters in self._waiters.values():
             for fut in waiters:
                 fut.cancel()
         self._waiters.clear()
-        if channel is not None and not channel.is_closed:
+        if started and not self._replies.channel.is_closed:
             try:
-                await channel.queue_delete(self.topology.reply_queue(self.queue_id))
+                await self._replies.channel.queue_delete(self.topology.reply_queue(self.queue_id))
             except TRANSIENT_ERRORS:
                 logger.info("reply queue of client %s left to x-expires", self.client_id)
-            if not channel.is_closed:
-                await channel.close()
+        await self._replies.close()
         await self.publisher.close()

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import sys
 from typing import Any
 
-from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.wire import NoAck, Subscriber
 from schemas import Event, InvalidEnvelope, decode, encode, new_id
 
 #: what a line shows of an event's data, by event type prefix (the rest: --json)
@@ -75,15 +75,17 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
             loop.add_signal_handler(sig, stop.set)
         printed = 0
         async with await connect(settings, name="mesh-events") as conn:
-            channel = await conn.channel(confirms=False, prefetch=256)
             topology = conn.topology
-            queue = await channel.declare_queue(
-                f"{topology.namespace}.observer.events-{new_id()[:8]}",
-                exclusive=True,
-                auto_delete=True,
-            )
-            for pattern in patterns:
-                await queue.bind(topology.events, routing_key=pattern)
+
+            async def declare(channel: AbstractChannel) -> AbstractQueue:
+                queue = await channel.declare_queue(
+                    f"{topology.namespace}.observer.events-{new_id()[:8]}",
+                    exclusive=True,
+                    auto_delete=True,
+                )
+                for pattern in patterns:
+                    await queue.bind(topology.events, routing_key=pattern)
+                return queue
 
             async def on_event(message: AbstractIncomingMessage) -> None:
                 nonlocal printed
@@ -100,15 +102,13 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
                 if args.count and printed >= args.count:
                     stop.set()
 
-            await queue.consume(on_event, no_ack=True)
-            print(
-                f"following {topology.events} ({', '.join(patterns)}); Ctrl-C to stop",
-                file=sys.stderr,
-                flush=True,
-            )
-            await stop.wait()
-            with contextlib.suppress(Exception):
-                await channel.close()
+            async with Subscriber(conn, declare, on_event, NoAck("events"), prefetch=256):
+                print(
+                    f"following {topology.events} ({', '.join(patterns)}); Ctrl-C to stop",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                await stop.wait()
         return 0
 
     return asyncio.run(go())

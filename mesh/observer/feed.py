@@ -3,7 +3,8 @@
 The queue is `Topology.observer_queue` (``<ns>.observer.<user>.<name>``, the name the
 observer role may declare), bound to ``#`` and capped by ``x-max-length`` with
 ``drop-head``: an observer that falls behind loses its oldest events, and publishers are
-never slowed. Consumption is `QueueConsumer`'s (ack after handling, requeue on an outage).
+never slowed. Each event is acked once handled (an outage requeues it), through a
+`mesh.wire.Subscriber`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.connection import MeshConnection
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
 from mesh.retrying import quietly
-from mesh.router.consumer import QueueConsumer
 from mesh.topology import declare_spec
+from mesh.wire import AckAfter, Subscriber
 from schemas import Event, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
@@ -26,16 +28,24 @@ logger = logging.getLogger(__name__)
 Sink = Callable[[Event, bytes, str | None], Awaitable[None]]
 
 
-class EventFeed(QueueConsumer):
-    what = "observer events"
+class EventFeed(Lifecycle):
+    """The observer's queue, consumed into `sink`; off (`disabled`) if its user may not."""
 
     def __init__(self, conn: MeshConnection, sink: Sink) -> None:
-        super().__init__(conn)
+        self.conn = conn
         self.sink = sink
         self.unreadable = 0
         settings = conn.settings
         self.spec = conn.topology.observer_spec(
             login_of(settings), settings.observer_name, settings.observer_queue_max_length
+        )
+        self.subscriber = Subscriber(
+            conn,
+            self.queue_name,
+            self.handle,
+            AckAfter("observer events"),
+            prefetch=settings.prefetch,
+            optional=True,
         )
 
     @property
@@ -45,7 +55,7 @@ class EventFeed(QueueConsumer):
     async def start(self) -> None:
         """Declare the mesh topology (or check it, in passive mode) and this observer's
         own queue (always: it is the observer's), then consume it."""
-        if self._queue is not None:
+        if self.subscriber.started:
             return
         channel = await self.conn.channel(confirms=False)
         try:
@@ -54,7 +64,15 @@ class EventFeed(QueueConsumer):
         finally:
             if not channel.is_closed:
                 await quietly(channel.close())
-        await super().start()
+        await self.subscriber.start()
+
+    @property
+    def disabled(self) -> str | None:
+        """Why the feed is off (this user may not read its queue), else None."""
+        return self.subscriber.disabled
+
+    async def close(self) -> None:
+        await self.subscriber.close()
 
     async def handle(self, message: AbstractIncomingMessage) -> None:
         try:

@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 from pydantic import ValidationError
 
 from mesh.connection import MeshConnection
@@ -42,6 +42,7 @@ from mesh.registry.state import load_state
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
 from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
+from mesh.wire import NoAck, Subscriber
 from schemas import (
     Deregistration,
     Heartbeat,
@@ -97,7 +98,13 @@ class RegistryService(Lifecycle):
         self.publisher = Publisher(conn)
         self._store: LeaseStore | None = None
         self._channel: AbstractChannel | None = None
-        self._consumer: tuple[AbstractQueue, str] | None = None
+        self.subscriber = Subscriber(
+            conn,
+            self.topology.registry,
+            self._on_message,
+            NoAck("registry messages"),
+            prefetch=self.settings.prefetch,
+        )
         self._beats: list[tuple[Beat, str | None]] = []
         self._beats_ready = asyncio.Event()
         self._renewed: dict[str, LeaseRow] = {}
@@ -126,12 +133,8 @@ class RegistryService(Lifecycle):
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         self._store = LeaseStore(self.conn.redis, self.conn.keys, self.settings.lease_ttl_s)
-        self._channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
-        # passive declare (not ensure=False): a robust channel restores only the consumers
-        # of queues it declared, so this is what survives a broker restart
-        queue = await self._channel.get_queue(self.topology.registry, ensure=True)
-        tag = await queue.consume(self._on_message, no_ack=True)
-        self._consumer = (queue, tag)
+        await self.subscriber.start()
+        self._channel = self.subscriber.channel
         self._tasks = [
             asyncio.create_task(self._flush_loop(), name=f"registry-{self.registry_id}-beats"),
             asyncio.create_task(self._sweep_loop(), name=f"registry-{self.registry_id}-sweep"),
@@ -502,11 +505,7 @@ class RegistryService(Lifecycle):
         """Stop consuming, apply what is queued, stop the sweep, close channels. Idempotent."""
         if self.metrics is not None:
             self.metrics.unwatch("registry", self)
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            queue, tag = consumer
-            with contextlib.suppress(aio_pika.exceptions.AMQPError, RuntimeError):
-                await queue.cancel(tag)
+        await self.subscriber.stop()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -514,9 +513,8 @@ class RegistryService(Lifecycle):
         if self._store is not None and self._beats:
             with contextlib.suppress(*TRANSIENT):
                 await self.flush_heartbeats()
-        channel, self._channel = self._channel, None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        self._channel = None
+        await self.subscriber.close()
         await self.publisher.close()
         self._store = None
 

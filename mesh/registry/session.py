@@ -36,6 +36,7 @@ from mesh.errors import NotStarted, RegistryError, RegistryUnavailable, StaleFen
 from mesh.messaging import login_of
 from mesh.registry import fencing, protocol
 from mesh.tasks import raise_if_cancelling
+from mesh.wire import NoAck, Subscriber
 from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
 from schemas.codec import loads
 
@@ -66,7 +67,8 @@ class RegistrySession:
         self._token: int | None = None
         self._load: Callable[[], int] = lambda: 0
         self._stuck: Callable[[], int] = lambda: 0
-        self._channel: AbstractChannel | None = None
+        self._replies = Subscriber(conn, self._declare, self._on_reply, NoAck("registry answers"))
+        self._started = False
         self._registry_ex: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
         self._pending: dict[str, asyncio.Future[RegistrationAck]] = {}
@@ -88,16 +90,25 @@ class RegistrySession:
     async def start(self, load: Callable[[], int], stuck: Callable[[], int] | None = None) -> None:
         """Register (retrying while no registry answers), then heartbeat `load()` and
         `stuck()` (tasks in flight that will not settle by themselves)."""
-        if self._channel is not None:
+        if self._started:
             return
+        self._started = True
         self._load = load
         self._stuck = stuck or (lambda: 0)
         self._stopped = False
-        channel = self._channel = await self.conn.channel(confirms=False)
+        await self._replies.start()
+        self._queue = self._replies.queue
+        await self._register()
+        self._heartbeat_task = asyncio.create_task(
+            self._heartbeat_loop(), name=f"heartbeat-{self.instance_id}"
+        )
+
+    async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
+        """The session queue, on the channel registrations and heartbeats are sent on."""
         await self.conn.topology.declare(channel)
         self._registry_ex = await channel.get_exchange(self.conn.topology.registry, ensure=False)
         topology = self.conn.topology
-        self._queue = await channel.declare_queue(
+        queue = await channel.declare_queue(
             topology.session_queue(self.instance_id),
             durable=False,
             exclusive=True,
@@ -105,14 +116,10 @@ class RegistrySession:
         )
         # the registry answers through the sessions exchange, keyed by agent and instance
         # (never through the default exchange, which would let it write any queue)
-        await self._queue.bind(
+        await queue.bind(
             topology.sessions, routing_key=topology.session_key(self.agent_id, self.instance_id)
         )
-        await self._queue.consume(self._on_reply, no_ack=True)
-        await self._register()
-        self._heartbeat_task = asyncio.create_task(
-            self._heartbeat_loop(), name=f"heartbeat-{self.instance_id}"
-        )
+        return queue
 
     async def check(self, token: int) -> None:
         """Raise `StaleFencingToken` unless `token` is this instance's current, live token."""
@@ -158,10 +165,9 @@ class RegistrySession:
         for fut in self._pending.values():
             fut.cancel()
         self._pending.clear()
-        channel, self._channel = self._channel, None
         self._registry_ex = self._queue = None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        self._started = False
+        await self._replies.close()
         logger.info("session %s deregistered", self.instance_id)
 
     # --- partition drills --------------------------------------------------------------------

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
@@ -43,6 +43,7 @@ from mesh.registry.events import (
 )
 from mesh.registry.state import AgentState, load_state
 from mesh.tasks import raise_if_cancelling
+from mesh.wire import NoAck, Subscriber
 from schemas import Event, now_ms
 
 logger = logging.getLogger(__name__)
@@ -63,26 +64,30 @@ class AgentSnapshot(Lifecycle):
         self._hooks: list[ChangeHook] = []
         #: under access control only a registry's agent events count
         self.trust = EventTrust(conn.settings)
-        self._channel: AbstractChannel | None = None
+        self.subscriber = Subscriber(
+            conn, self._declare, self._on_event, NoAck("agent events"), prefetch=256
+        )
         self._resync_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         """Subscribe to ``agent.*``, load from Redis, start the periodic resync."""
-        if self._channel is not None:
+        if self.subscriber.started:
             return
+        await self.subscriber.start()
+        await self.resync()
+        self._resync_task = asyncio.create_task(
+            self._resync_loop(), name=f"snapshot-{self.snapshot_id}"
+        )
+
+    async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         topo = self.conn.topology
-        channel = self._channel = await self.conn.channel(confirms=False, prefetch=256)
         await topo.declare(channel)
         queue = await channel.declare_queue(
             topo.snapshot_queue(self.snapshot_id), durable=False, exclusive=True, auto_delete=True
         )
         await queue.bind(topo.events, routing_key=AGENT_EVENTS)
-        await queue.consume(self._on_event, no_ack=True)
-        await self.resync()
-        self._resync_task = asyncio.create_task(
-            self._resync_loop(), name=f"snapshot-{self.snapshot_id}"
-        )
+        return queue
 
     async def close(self) -> None:
         """Stop following events; safe to call twice."""
@@ -91,9 +96,7 @@ class AgentSnapshot(Lifecycle):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        channel, self._channel = self._channel, None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        await self.subscriber.close()
 
     def on_change(self, hook: ChangeHook) -> None:
         """Call ``hook(agent_id)`` whenever that agent's registration or instances change."""

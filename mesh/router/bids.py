@@ -21,6 +21,7 @@ from mesh.connection import MeshConnection, process_queue_id
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
+from mesh.wire import NoAck, Subscriber
 from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, now_ms
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class BidCollector(Lifecycle):
         self.conn = conn
         self.publisher = publisher
         self.topology = conn.topology
-        self._channel: AbstractChannel | None = None
+        self.subscriber = Subscriber(conn, self._declare, self._on_bid, NoAck("bids"))
         self._queue: AbstractQueue | None = None
         self._pending: dict[str, tuple[set[str], list[Bid], asyncio.Event]] = {}
         self._key = ""
@@ -46,15 +47,18 @@ class BidCollector(Lifecycle):
     async def start(self) -> None:
         if self._queue is not None:
             return
-        self._channel = await self.conn.channel(confirms=False)
+        await self.subscriber.start()
+        self._queue = self.subscriber.queue
+
+    async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         collector_id = process_queue_id()
-        self._queue = await self._channel.declare_queue(
+        queue = await channel.declare_queue(
             self.topology.bid_queue(collector_id), exclusive=True, auto_delete=True
         )
         # bids come through the bids exchange, keyed by this collector (no default exchange)
         self._key = self.topology.bid_key(collector_id)
-        await self._queue.bind(self.topology.bids, routing_key=self._key)
-        await self._queue.consume(self._on_bid, no_ack=True)
+        await queue.bind(self.topology.bids, routing_key=self._key)
+        return queue
 
     async def _on_bid(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -119,7 +123,5 @@ class BidCollector(Lifecycle):
         return best, bids
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
         self._queue = None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        await self.subscriber.close()

@@ -23,21 +23,31 @@ from aio_pika.abc import AbstractIncomingMessage
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
 from mesh.errors import UnknownTask
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
-from mesh.router.consumer import QueueConsumer
 from mesh.router.feedback import give_feedback
+from mesh.wire import AckAfter, Subscriber
 from schemas import Feedback, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
 
 
-class FeedbackConsumer(QueueConsumer):
-    """Consumes ``<ns>.feedback``; applies each task owner's feedback."""
+class FeedbackConsumer(Lifecycle):
+    """Consumes ``<ns>.feedback``; applies each task owner's feedback.
 
-    what = "feedback"
+    Acked once handled; a router user that may not read the queue leaves it `disabled`.
+    """
 
     def __init__(self, conn: MeshConnection, publisher: Publisher, store: TaskStore) -> None:
-        super().__init__(conn)
+        self.conn = conn
+        self.subscriber = Subscriber(
+            conn,
+            conn.topology.feedback,
+            self.apply,
+            AckAfter("feedback"),
+            prefetch=conn.settings.prefetch,
+            optional=True,
+        )
         self.publisher = publisher
         self.store = store
         #: feedback applied (counted or not: a second verdict of the same kind counts once)
@@ -48,11 +58,15 @@ class FeedbackConsumer(QueueConsumer):
         self.unknown = 0
 
     @property
-    def queue_name(self) -> str:
-        return self.conn.topology.feedback
+    def disabled(self) -> str | None:
+        """Why feedback is off (this router's user may not read the queue), else None."""
+        return self.subscriber.disabled
 
-    async def handle(self, message: AbstractIncomingMessage) -> None:
-        await self.apply(message)
+    async def start(self) -> None:
+        await self.subscriber.start()
+
+    async def close(self) -> None:
+        await self.subscriber.close()
 
     async def apply(self, message: AbstractIncomingMessage) -> None:
         """Apply one feedback message if its sender owns the task (else count and log)."""

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.access.trust import EventTrust
 from mesh.connection import MeshConnection, process_queue_id
@@ -40,6 +40,7 @@ from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, OutcomeLedger
 from mesh.router.vectors import VectorCache
 from mesh.tasks import raise_if_cancelling
+from mesh.wire import NoAck, Subscriber
 from schemas import Event, InvalidEnvelope, decode, now_ms
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,9 @@ class IndexKeeper:
         #: set whenever the index took in a registry change
         self.synced = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
-        self._channel: AbstractChannel | None = None
+        self.subscriber = Subscriber(
+            conn, self._declare, self._on_event, NoAck("learning events"), prefetch=1_000
+        )
         #: CPU-seconds of the fits so far, and texts learned from this router / others
         self.fit_cpu_s = 0.0
         self.fits = 0
@@ -96,23 +99,23 @@ class IndexKeeper:
             await self._sync_agent(agent_id)
         await self._load_memories()
         await self._refit()
-        self._channel = await self.conn.channel(confirms=False, prefetch=1_000)
-        queue = await self._channel.declare_queue(
+        await self.subscriber.start()
+        self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
+
+    async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
+        queue = await channel.declare_queue(
             self.conn.topology.selector_queue(self.keeper_id), exclusive=True, auto_delete=True
         )
         for pattern in LEARNING_EVENTS:
             await queue.bind(self.conn.topology.events, routing_key=pattern)
-        await queue.consume(self._on_event, no_ack=True)
-        self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
+        return queue
 
     async def close(self) -> None:
         task, self._loop_task = self._loop_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        channel, self._channel = self._channel, None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        await self.subscriber.close()
         with contextlib.suppress(Exception):
             await self._flush()  # what was queued still reaches Redis
 

@@ -23,21 +23,31 @@ from aio_pika.abc import AbstractIncomingMessage
 from mesh.access.roles import AccessScope
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
+from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
-from mesh.router.consumer import QueueConsumer
+from mesh.wire import AckAfter, Subscriber
 from schemas import InvalidEnvelope, Result, decode
 
 logger = logging.getLogger(__name__)
 
 
-class ResultForwarder(QueueConsumer):
-    """Consumes ``<ns>.results``; forwards each finished task's stored Result."""
+class ResultForwarder(Lifecycle):
+    """Consumes ``<ns>.results``; forwards each finished task's stored Result.
 
-    what = "result notices"
+    Acked once handled; a router user that may not read the queue leaves it `disabled`.
+    """
 
     def __init__(self, conn: MeshConnection, publisher: Publisher, store: TaskStore) -> None:
-        super().__init__(conn)
+        self.conn = conn
+        self.subscriber = Subscriber(
+            conn,
+            conn.topology.results,
+            self.forward,
+            AckAfter("result notices"),
+            prefetch=conn.settings.prefetch,
+            optional=True,
+        )
         self.publisher = publisher
         self.store = store
         self.scope = AccessScope.from_settings(conn.settings)
@@ -46,11 +56,15 @@ class ResultForwarder(QueueConsumer):
         self.refused = 0
 
     @property
-    def queue_name(self) -> str:
-        return self.conn.topology.results
+    def disabled(self) -> str | None:
+        """Why notices are off (this router's user may not read the queue), else None."""
+        return self.subscriber.disabled
 
-    async def handle(self, message: AbstractIncomingMessage) -> None:
-        await self.forward(message)
+    async def start(self) -> None:
+        await self.subscriber.start()
+
+    async def close(self) -> None:
+        await self.subscriber.close()
 
     async def forward(self, message: AbstractIncomingMessage) -> None:
         try:

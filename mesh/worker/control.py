@@ -12,12 +12,13 @@ import logging
 from collections.abc import Callable
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.topology import declare_spec
+from mesh.wire import NoAck, Subscriber
 from mesh.worker.agent import Agent
 from schemas import Bid, BidRequest, InvalidEnvelope, decode, encode, now_ms
 
@@ -40,19 +41,20 @@ class ControlConsumer(Lifecycle):
         self.instance_id = instance_id
         self.publisher = publisher
         self.load = load
-        self._channel: AbstractChannel | None = None
+        self.subscriber = Subscriber(
+            conn, self._declare, self._on_message, NoAck("calls for bids"), prefetch=16
+        )
         self.bids = 0
 
     async def start(self) -> None:
-        if self._channel is not None or self.agent.bidder_fn is None:
+        if self.agent.bidder_fn is None:
             return
+        await self.subscriber.start()
+
+    async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         topology = self.conn.topology
-        self._channel = await self.conn.channel(confirms=False, prefetch=16)
-        await declare_spec(
-            self._channel, topology.instance_spec(self.agent.agent_id, self.instance_id)
-        )
-        queue = await self._channel.get_queue(topology.instance_queue(self.instance_id))
-        await queue.consume(self._on_message, no_ack=True)
+        await declare_spec(channel, topology.instance_spec(self.agent.agent_id, self.instance_id))
+        return await channel.get_queue(topology.instance_queue(self.instance_id))
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         if message.type != "bid_request" or self.agent.bidder_fn is None:
@@ -86,6 +88,4 @@ class ControlConsumer(Lifecycle):
         self.bids += 1
 
     async def close(self) -> None:
-        channel, self._channel = self._channel, None
-        if channel is not None and not channel.is_closed:
-            await channel.close()
+        await self.subscriber.close()

@@ -19,8 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
@@ -32,6 +31,7 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.topology import DEFERRED_HEADER
+from mesh.wire import Manual, Subscriber
 from mesh.worker.agent import Agent
 from mesh.worker.bands import BandGate
 from mesh.worker.context import TaskContext
@@ -122,8 +122,8 @@ class WorkerRuntime(Lifecycle):
             DeadlineMiddleware(),
             *middleware,
         ]
-        self._channels: list[AbstractChannel] = []
-        self._consumers: list[tuple[AbstractQueue, str]] = []
+        #: one per band; the `Settler` settles what they deliver (a manual policy)
+        self._consumers: list[Subscriber] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         #: task_id -> the local run, so a redelivery of a running task waits for it
         self._running: dict[str, asyncio.Task[Any]] = {}
@@ -205,12 +205,15 @@ class WorkerRuntime(Lifecycle):
         # wait, a backlog drains high:normal:low at 5:3:1 (seed 002 section 7.3)
         self._gate = BandGate(concurrency, [weight for _, weight in queues])
         for band, (name, _weight) in enumerate(queues):
-            channel = await self.conn.channel(confirms=False, prefetch=concurrency)
-            self._channels.append(channel)
-            # passive declare: tracked by the robust channel, consumer restored on reconnect
-            queue = await channel.get_queue(name, ensure=True)
-            tag = await queue.consume(functools.partial(self._on_message, band=band))
-            self._consumers.append((queue, tag))
+            consumer = Subscriber(
+                self.conn,
+                name,
+                functools.partial(self._on_message, band=band),
+                Manual("tasks"),
+                prefetch=concurrency,
+            )
+            self._consumers.append(consumer)
+            await consumer.start()
         await self.control.start()
         if self.metrics is not None:
             self.metrics.watch("worker", self)
@@ -377,12 +380,8 @@ class WorkerRuntime(Lifecycle):
         self._state = "closed"
         grace_s = self.grace_s if grace_s is None else grace_s
         await self.control.close()  # a draining instance no longer bids
-        for queue, tag in self._consumers:
-            try:
-                await queue.cancel(tag)
-            except (aio_pika.exceptions.AMQPError, RuntimeError):
-                logger.debug("cancel failed during drain", exc_info=True)
-        self._consumers.clear()
+        for consumer in self._consumers:
+            await consumer.stop()
         if self._tasks:
             _done, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
             for task in pending:
@@ -403,10 +402,9 @@ class WorkerRuntime(Lifecycle):
         client, self._client = self._client, None
         if client is not None:
             await client.close()
-        channels, self._channels = self._channels, []
-        for channel in channels:
-            if not channel.is_closed:
-                await channel.close()
+        consumers, self._consumers = self._consumers, []
+        for consumer in consumers:
+            await consumer.close()
         await self.replied.close()
         await self.publisher.close()
 
