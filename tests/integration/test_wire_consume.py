@@ -14,7 +14,7 @@ from typing import Any
 import aio_pika
 import aiormq.exceptions
 import pytest
-from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from pydantic import SecretStr
 
 from mesh.config import Settings
@@ -22,6 +22,7 @@ from mesh.connection import MeshConnection, connect
 from mesh.management import Management
 from mesh.wire import AckAfter, AckBatched, Manual, NoAck, OutageBackoff, Subscriber
 from tests.conftest import wait_until
+from tests.integration.test_connection_failover import Relay, with_urls
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +51,15 @@ class Queues:
         for body in bodies:
             await channel.default_exchange.publish(aio_pika.Message(body), routing_key=self.name)
         await channel.close()
+
+    async def exists(self, name: str) -> bool:
+        try:
+            await self.count(name)
+        except aiormq.exceptions.ChannelLockedResource:
+            return True  # exclusive to another connection: it exists
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        return True
 
     async def count(self, name: str) -> int:
         """Messages ready in `name` (none unacked: every subscriber of it is closed)."""
@@ -231,3 +241,59 @@ async def test_a_user_that_may_not_consume_leaves_an_optional_subscriber_disable
     # the process carries on: the connection still opens channels
     channel = await outsider.channel(confirms=False)
     await channel.close()
+
+
+@pytest.fixture
+async def relays() -> Any:
+    started = [await Relay().start(), await Relay().start()]
+    yield started
+    for relay in started:
+        if relay.server is not None and relay.server.is_serving():
+            await relay.kill()
+
+
+async def test_both_kinds_of_subscriber_consume_again_after_a_reconnect(
+    conn: MeshConnection, queues: Queues, settings: Settings, relays: list[Relay], add_cleanup: Any
+) -> None:
+    """A queue got by name (passive) and one from a declare function (exclusive, so the
+    broker deletes it with the lost connection) are both consumed again once the robust
+    connection is back, on the next "node"."""
+    first, second = relays
+    moving = await connect(with_urls(settings, first.url, second.url), "wire-reconnect")
+    add_cleanup(moving.close)
+    reconnected = asyncio.Event()
+    moving.amqp.reconnect_callbacks.add(lambda *_: reconnected.set())
+    own = f"{queues.name}.own"
+
+    async def declare(channel: AbstractChannel) -> AbstractQueue:
+        return await channel.declare_queue(own, exclusive=True, auto_delete=True)
+
+    named: list[bytes] = []
+    declared: list[bytes] = []
+
+    async def by_name(message: AbstractIncomingMessage) -> None:
+        named.append(message.body)
+
+    async def by_declare(message: AbstractIncomingMessage) -> None:
+        declared.append(message.body)
+
+    for sub in (
+        Subscriber(moving, queues.name, by_name, AckAfter("named")),
+        Subscriber(moving, declare, by_declare, AckAfter("declared")),
+    ):
+        await sub.start()
+        add_cleanup(sub.close)
+    channel = await conn.channel()
+    add_cleanup(channel.close)
+
+    async def publish(body: bytes) -> None:
+        for name in (queues.name, own):
+            await channel.default_exchange.publish(aio_pika.Message(body), routing_key=name)
+
+    await publish(b"before")
+    await wait_until(lambda: named == declared == [b"before"])
+    await first.kill()
+    await asyncio.wait_for(reconnected.wait(), timeout=15)
+    await wait_until(lambda: queues.exists(own), timeout=10)  # declared again
+    await publish(b"after")
+    await wait_until(lambda: named == declared == [b"before", b"after"], timeout=10)
