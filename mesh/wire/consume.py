@@ -51,10 +51,24 @@ BugAction = Callable[[AbstractIncomingMessage, Exception], Awaitable[None]]
 #: what a consumer cancel may meet on a channel that is going or gone (nothing to do then)
 _CANCEL_ERRORS = (*TRANSIENT_ERRORS, aio_pika.exceptions.AMQPError, RuntimeError)
 
+#: how long an ack or nack may wait: on a channel that is gone (a robust one waits for its
+#: reconnect) it must not hold a handler, and so a shutdown, for ever
+SETTLE_TIMEOUT_S = 5.0
+
 #: the first hold before an outage's requeue, doubling with each outage in a row
 OUTAGE_BACKOFF_S = 0.05
 #: the longest hold before an outage's requeue
 OUTAGE_BACKOFF_MAX_S = 2.0
+
+
+async def settle_quietly(action: Awaitable[object]) -> bool:
+    """Await an ack or nack for at most `SETTLE_TIMEOUT_S`; False when its channel was lost
+    (the broker then redelivers the message, which is what an unsettled delivery needs)."""
+    try:
+        return await asyncio.wait_for(quietly(action), SETTLE_TIMEOUT_S)
+    except TimeoutError:
+        logger.info("ack/nack still waiting on its channel after %.0fs; skipped", SETTLE_TIMEOUT_S)
+        return False
 
 
 class SettlePolicy(Protocol):
@@ -92,7 +106,9 @@ class OutageBackoff:
     on its own queue. This is the one bounded sleep a consumer may take (anti-pattern 4).
     """
 
-    def __init__(self, first_s: float = OUTAGE_BACKOFF_S, max_s: float = OUTAGE_BACKOFF_MAX_S):
+    def __init__(
+        self, first_s: float = OUTAGE_BACKOFF_S, max_s: float = OUTAGE_BACKOFF_MAX_S
+    ) -> None:
         self.first_s = first_s
         self.max_s = max_s
         #: outages in a row (reset by a delivery handled)
@@ -212,10 +228,10 @@ class AckAfter:
 
     # --- the AMQP actions (what `AckBatched` changes) ---------------------------------------
     async def ack(self, message: AbstractIncomingMessage) -> None:
-        await quietly(message.ack())
+        await settle_quietly(message.ack())
 
     async def nack(self, message: AbstractIncomingMessage, *, requeue: bool) -> None:
-        await quietly(message.nack(requeue=requeue))
+        await settle_quietly(message.nack(requeue=requeue))
 
 
 class AckBatched(AckAfter):
@@ -240,7 +256,7 @@ class AckBatched(AckAfter):
 
     async def nack(self, message: AbstractIncomingMessage, *, requeue: bool) -> None:
         self.batcher.settled(message)
-        await quietly(message.nack(requeue=requeue))
+        await settle_quietly(message.nack(requeue=requeue))
 
     async def drain(self) -> None:
         await self.batcher.drain()
@@ -396,6 +412,7 @@ class Subscriber(Lifecycle):
 __all__ = [
     "OUTAGE_BACKOFF_MAX_S",
     "OUTAGE_BACKOFF_S",
+    "SETTLE_TIMEOUT_S",
     "AckAfter",
     "AckBatched",
     "BugAction",
@@ -406,4 +423,5 @@ __all__ = [
     "OutageBackoff",
     "SettlePolicy",
     "Subscriber",
+    "settle_quietly",
 ]
