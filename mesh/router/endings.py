@@ -152,22 +152,57 @@ class Endings:
         await self.deps.dead_letter("invalid", body, details=details)
 
     async def invalid(
-        self, exc: InvalidEnvelope, reply_to: str | None = None, correlation_id: str | None = None
+        self,
+        exc: InvalidEnvelope,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        user_id: str | None = None,
     ) -> None:
         """Answer an invalid body where it says (or the AMQP reply_to), dead-letter it."""
-        reply_to = peek(exc.raw, "reply_to") or reply_to
-        task_id = peek(exc.raw, "task_id") or "unknown"
-        if reply_to is not None:
-            result = Result(
-                task_id=task_id[:128],
-                trace_id=(peek(exc.raw, "trace_id") or "")[:128] or None,
-                status="failed",
-                error=ErrorInfo(
-                    code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
-                ),
-            )
-            await self.deps.reply(waiter(reply_to, correlation_id), result)
+        error = ErrorInfo(
+            code="invalid_envelope", message=str(exc)[:8_000], details=exc.as_details()
+        )
+        await self._answer_raw(exc.raw, reply_to, correlation_id, user_id, error)
         await self.deps.dead_letter("invalid", exc.raw, details=exc.as_details())
+
+    async def broken(
+        self,
+        body: bytes,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        user_id: str | None = None,
+    ) -> None:
+        """A body the router failed on (a bug): its caller is told, it is dead-lettered."""
+        message = "the router failed on this task (a bug); it was dead-lettered"
+        error = ErrorInfo(code="router_error", message=message)
+        try:
+            await self._answer_raw(body, reply_to, correlation_id, user_id, error)
+        finally:
+            await self.deps.dead_letter(
+                "unroutable", body, details={"error": "router internal error"}
+            )
+
+    async def _answer_raw(
+        self,
+        raw: bytes,
+        reply_to: str | None,
+        correlation_id: str | None,
+        user_id: str | None,
+        error: ErrorInfo,
+    ) -> None:
+        """Answer a body that is no `TaskEnvelope` where it says (or the AMQP reply_to),
+        only when the guard lets its sender be answered there (its own reply queue)."""
+        reply_to = peek(raw, "reply_to") or reply_to
+        if reply_to is None or not self.deps.guard.may_answer(reply_to, user_id):
+            return
+        task_id = peek(raw, "task_id") or "unknown"
+        result = Result(
+            task_id=task_id[:128],
+            trace_id=(peek(raw, "trace_id") or "")[:128] or None,
+            status="failed",
+            error=error,
+        )
+        await self.deps.reply(waiter(reply_to, correlation_id), result)
 
 
 __all__ = ["Ending", "Endings", "death_reason", "ending_of", "no_agent", "time_left_ms"]

@@ -35,6 +35,10 @@ class Guard(Protocol):
 
     def owner(self, user_id: str | None) -> str: ...
 
+    def may_answer(self, reply_to: str, user_id: str | None) -> bool:
+        """May a body from `user_id` that is no task be answered at `reply_to`?"""
+        ...
+
 
 class OpenGuard:
     """Access control off: every sender is believed and no task_id has an owner."""
@@ -46,6 +50,9 @@ class OpenGuard:
 
     def owner(self, user_id: str | None) -> str:
         return ""
+
+    def may_answer(self, reply_to: str, user_id: str | None) -> bool:
+        return True
 
 
 class IngressGuard:
@@ -74,7 +81,7 @@ class IngressGuard:
                 "unknown_user", f"ingress message from {user_id!r}, not a user of this mesh"
             )
         own = self.topology.reply_queue(f"{user_id}.")
-        if envelope.reply_to is not None and not envelope.reply_to.startswith(own):
+        if envelope.reply_to is not None and not self.may_answer(envelope.reply_to, user_id):
             return Refusal(
                 "reply_to_not_yours",
                 f"reply_to {envelope.reply_to!r} is not a reply queue of user {user_id!r} "
@@ -93,6 +100,13 @@ class IngressGuard:
                 }
             )
         return envelope
+
+    def may_answer(self, reply_to: str, user_id: str | None) -> bool:
+        """Only a reply queue of the sender's own user (``<ns>.reply.<user>.<id>``): a body
+        naming another caller's queue and ids must not end that caller's task."""
+        if not user_id or self.scope.role_of(user_id) is None:
+            return False
+        return reply_to.startswith(self.topology.reply_queue(f"{user_id}."))
 
     def owner(self, user_id: str | None) -> str:
         """Who a new task's task_id and trace_id belong to: a client's user (workers hand

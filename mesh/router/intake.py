@@ -60,7 +60,9 @@ class Intake:
                 TaskEnvelope, delivery.body, max_payload_bytes=self.deps.settings.max_payload_bytes
             )
         except InvalidEnvelope as exc:
-            await self.endings.invalid(exc, delivery.reply_to, delivery.correlation_id)
+            await self.endings.invalid(
+                exc, delivery.reply_to, delivery.correlation_id, delivery.user_id
+            )
             return None
 
     @staticmethod

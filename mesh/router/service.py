@@ -3,7 +3,8 @@
 Routers are stateless competing consumers: any number of them can share the queue. The
 shape is the worker's: `RouterService` subscribes and runs the steps in order over one
 frozen `RouterDeps` (built once at start, with the guard, the reply path and the hooks
-chosen there); `RouterSettler` is the only code that acks or nacks. The steps, one file
+chosen there), on a `mesh.wire.Subscriber` whose settle policy, `RouterSettler`, is the
+only code that acks or nacks. The steps, one file
 each:
 
 1. `mesh.router.intake`: decode (an invalid body is answered and dead-lettered), stamp;
@@ -20,8 +21,7 @@ import asyncio
 import logging
 import time
 
-import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.refusal import Refusal
 from mesh.connection import MeshConnection
@@ -30,7 +30,6 @@ from mesh.dispatch.store import TaskStore
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.metrics.core import Metrics
-from mesh.retrying import TRANSIENT_ERRORS
 from mesh.router.choice import Chooser, NoSelector, RouteChoice, Selector
 from mesh.router.deps import RouterDeps
 from mesh.router.dispatch import Dispatcher
@@ -43,6 +42,7 @@ from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
 from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
+from mesh.wire import Subscriber
 from schemas import TaskEnvelope, new_id
 
 logger = logging.getLogger(__name__)
@@ -78,8 +78,7 @@ class RouterService(Lifecycle):
         self.feedback = FeedbackConsumer(conn, self.publisher, self.store) if access else None
         self.deps: RouterDeps | None = None
         self._settler: RouterSettler | None = None
-        self._queue: AbstractQueue | None = None
-        self._consumer_tag: str | None = None
+        self._intake_sub: Subscriber | None = None
         self._reaper_task: asyncio.Task[None] | None = None
 
     # --- counters (read by `mesh.metrics` at scrape time) ----------------------------------
@@ -116,21 +115,26 @@ class RouterService(Lifecycle):
         self._returns = Returns(deps)
         self._chooser = Chooser(deps)
         self._dispatcher = Dispatcher(deps, self._chooser, self._endings)
-        self._settler = RouterSettler(deps)
+        self._settler = RouterSettler(self._endings)
         return deps
 
     async def start(self) -> None:
         """Declare the topology and consume the router queue; a second call does nothing."""
-        if self._queue is not None:
+        if self._intake_sub is not None:
             return
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
         self.deps = deps = self._compose()
-        channel = await self.conn.channel(confirms=False, prefetch=self.settings.prefetch)
-        # passive declare (not ensure=False): a robust channel only restores the
-        # consumers of queues it declared, so this is what survives a broker restart
-        self._queue = await channel.get_queue(self.topology.router_queue, ensure=True)
-        self._consumer_tag = await self._queue.consume(self._on_message)
+        assert self._settler is not None
+        subscriber = Subscriber(
+            self.conn,
+            self.topology.router_queue,
+            self._on_message,
+            self._settler,
+            prefetch=self.settings.prefetch,
+        )
+        await subscriber.start()
+        self._intake_sub = subscriber
         self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
         if self.results is not None:
             await self.results.start()
@@ -150,48 +154,26 @@ class RouterService(Lifecycle):
         if reaper is not None:
             reaper.cancel()
             await asyncio.gather(reaper, return_exceptions=True)
-        queue, self._queue = self._queue, None
-        if queue is not None and self._consumer_tag is not None:
-            try:
-                await queue.cancel(self._consumer_tag)
-            except (aio_pika.exceptions.AMQPError, RuntimeError):
-                logger.debug("consumer cancel failed while closing", exc_info=True)
-            if self._settler is not None:
-                await self._settler.drain()
-            if not queue.channel.is_closed:
-                await queue.channel.close()
+        subscriber, self._intake_sub = self._intake_sub, None
+        if subscriber is not None:
+            await subscriber.close()
         await self.publisher.close()
 
     # --- per message -----------------------------------------------------------------------
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        received = time.perf_counter()
-        settler = self._settler
-        assert settler is not None
-        settler.received(message)
-        delivery = Delivery(
-            message.body,
-            message.headers or {},
-            message.routing_key or "",
-            redelivered=bool(message.redelivered),
-            received=received,
-            reply_to=message.reply_to,
-            correlation_id=message.correlation_id,
-            user_id=message.user_id,
+        """One delivery of the router queue; `RouterSettler` settles it (outage, bug)."""
+        await self.route(
+            Delivery(
+                message.body,
+                message.headers or {},
+                message.routing_key or "",
+                redelivered=bool(message.redelivered),
+                received=time.perf_counter(),
+                reply_to=message.reply_to,
+                correlation_id=message.correlation_id,
+                user_id=message.user_id,
+            )
         )
-        try:
-            await self.route(delivery)
-        except asyncio.CancelledError:
-            await settler.requeue(message)
-            raise
-        except TRANSIENT_ERRORS:
-            # the broker or Redis went away: the message comes back (redelivered); the task
-            # records make the second pass safe
-            await settler.outage(message)
-            return
-        except Exception:
-            await settler.broken(message)
-            return
-        settler.done(message)
 
     async def route(self, delivery: Delivery) -> None:
         """Route one body from the router queue (from ingress, or back from an agent queue).
@@ -225,9 +207,7 @@ class RouterService(Lifecycle):
             return
         plan = await self._chooser.plan(checked, returned)
         if returned is not None:
-            going_on = await self._returns.record(
-                plan, returned, redelivered=delivery.redelivered
-            )
+            going_on = await self._returns.record(plan, returned, redelivered=delivery.redelivered)
         else:
             going_on = await self._intake.admit(plan, delivery)
         if not going_on:

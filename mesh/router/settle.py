@@ -1,86 +1,40 @@
-"""`RouterSettler`: the only router code that acks or nacks a delivery of its queue.
+"""`RouterSettler`: the router queue's settle policy, the only router code that acks or nacks.
 
-A delivery ends one of four ways: handled (acked in a batch, `mesh.acks.AckBatcher`); met a
-broker or Redis outage (held a moment, longer while the outage lasts, then requeued: the
-task records make the second pass safe); hit a bug (dead-lettered as ``unroutable`` with
-"router internal error", then acked: a bug must neither stop the router nor lose the
-task); or was cancelled by a shutdown (requeued).
+It is `mesh.wire.AckBatched` (a delivery handled is acked in a batch; an outage holds it a
+moment, longer while the outage lasts, then requeues it: the task records make the second
+pass safe; a shutdown requeues it) with the router's own answer to a bug: the body's
+caller is answered with ``router_error`` when its reply route allows it, and the body is
+dead-lettered as ``unroutable`` with "router internal error", then acked. A bug must
+neither stop the router nor lose the task, nor leave its caller waiting in silence.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import random
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from mesh.acks import AckBatcher
-from mesh.retrying import TRANSIENT_ERRORS
+from mesh.wire import AckBatched
 
 if TYPE_CHECKING:
-    from mesh.router.deps import RouterDeps
-
-logger = logging.getLogger(__name__)
-
-#: a message that met a broker or Redis outage is held this long before its requeue,
-#: doubling with each outage in a row up to `OUTAGE_BACKOFF_MAX_S`
-OUTAGE_BACKOFF_S = 0.05
-OUTAGE_BACKOFF_MAX_S = 2.0
-#: how long a nack on the way out may wait: on a channel that is gone (a robust one waits
-#: for its reconnect) it must not hold a cancelled handler, and so a shutdown, forever
-SETTLE_TIMEOUT_S = 5.0
-_SETTLE_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, TimeoutError)
+    from mesh.router.endings import Endings
 
 
-class RouterSettler:
-    def __init__(self, deps: RouterDeps) -> None:
-        self.deps = deps
-        self.acks = AckBatcher()
+class RouterSettler(AckBatched):
+    def __init__(self, endings: Endings) -> None:
+        super().__init__("tasks", on_bug=self._bug)
+        self.endings = endings
         #: deliveries handled to the end
         self.handled = 0
-        #: transient failures in a row (the requeue backoff grows with them)
-        self.outages = 0
 
-    def received(self, message: AbstractIncomingMessage) -> None:
-        self.acks.received(message)
-
-    def done(self, message: AbstractIncomingMessage) -> None:
+    async def done(self, message: AbstractIncomingMessage) -> None:
         self.handled += 1
-        self.outages = 0
-        self.acks.ack(message)
+        await super().done(message)
 
-    async def outage(self, message: AbstractIncomingMessage) -> None:
-        self.outages += 1
-        delay = min(OUTAGE_BACKOFF_MAX_S, OUTAGE_BACKOFF_S * 2 ** min(self.outages, 8))
-        logger.warning("transient failure; message requeued in %.2fs", delay, exc_info=True)
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-        await self.requeue(message)
-
-    async def broken(self, message: AbstractIncomingMessage) -> None:
-        logger.critical("router failed on a message; dead-lettering it", exc_info=True)
-        await self.deps.dead_letter(
-            "unroutable", message.body, details={"error": "router internal error"}
+    async def _bug(self, message: AbstractIncomingMessage, exc: Exception) -> None:
+        await self.endings.broken(
+            message.body, message.reply_to, message.correlation_id, message.user_id
         )
-        self.acks.ack(message)
-
-    async def requeue(self, message: AbstractIncomingMessage) -> None:
-        """Back into the router queue (an outage, a shutdown)."""
-        self.acks.settled(message)
-        await _settle_quietly(message.nack(requeue=True))
-
-    async def drain(self) -> None:
-        await self.acks.drain()
 
 
-async def _settle_quietly(action: Awaitable[Any]) -> None:
-    """Ack or nack; on a channel lost meanwhile the broker redelivers, which is what we want."""
-    try:
-        await asyncio.wait_for(action, SETTLE_TIMEOUT_S)
-    except _SETTLE_ERRORS:
-        logger.info("ack/nack on a lost channel skipped; the message will be redelivered")
-
-
-__all__ = ["OUTAGE_BACKOFF_MAX_S", "OUTAGE_BACKOFF_S", "RouterSettler"]
+__all__ = ["RouterSettler"]

@@ -15,11 +15,7 @@ MESH = Path(__file__).resolve().parents[2] / "mesh"
 SUBSCRIBER = "mesh/wire/consume.py"
 
 #: sites not moved yet, each with the reason; remove a line when its site moves over
-ALLOWED = {
-    # the router intake: being split into files; it moves to the Subscriber afterwards
-    # (manual policy, batched acks, on bug: dead-letter the body and ack)
-    "mesh/router/service.py",
-}
+ALLOWED: set[str] = set()
 
 
 def consume_calls() -> list[tuple[str, int]]:
@@ -54,6 +50,7 @@ def test_the_allow_list_holds_only_sites_that_still_consume() -> None:
 def test_the_moved_sites_use_the_subscriber() -> None:
     """The consume sites of the issue each build a `Subscriber`."""
     sites = [
+        "mesh/router/service.py",
         "mesh/client.py",
         "mesh/worker/runtime.py",
         "mesh/worker/control.py",
