@@ -24,6 +24,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.access.roles import AccessScope, Role
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RequestTimeout
+from mesh.hooks import NO_HOOKS, Hooks, hooks_for
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, with_retries
@@ -80,6 +81,8 @@ class MeshClient(Lifecycle):
         #: queue name part: ``<login>.<client_id>``, so the user owns it by its name
         self.queue_id = f"{self.publisher.login}.{self.client_id}"
         self._answered: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+        #: the client's spans once started (`mesh.hooks`)
+        self.hooks: Hooks = NO_HOOKS
 
     @property
     def reply_to(self) -> str:
@@ -91,6 +94,7 @@ class MeshClient(Lifecycle):
         if self._reply_queue is not None:
             return self
         await self.publisher.start()
+        self.hooks = hooks_for(None, self.publisher.tracing)
         await self.topology.declare(self.publisher.channel)
         await self._replies.start()
         self._reply_queue = self._replies.queue
@@ -132,12 +136,8 @@ class MeshClient(Lifecycle):
             return
         if self.on_result is not None:
             self.on_result(result)
-        tracing = self.publisher.tracing
-        if tracing is None:
+        with self.hooks.result(result, message.headers or {}):
             self._hand_over(result)
-        else:
-            with tracing.result(result, message.headers or {}):
-                self._hand_over(result)
 
     def _hand_over(self, result: Result) -> None:
         """Give `result` to the requests waiting for its task (or count a copy)."""
@@ -192,12 +192,8 @@ class MeshClient(Lifecycle):
             ),
             self.publish_retry_s,
         )
-        tracing = self.publisher.tracing
-        if tracing is None:
+        with self.hooks.ingress(sent, self.topology.ingress):
             await published
-        else:
-            with tracing.ingress(sent, self.topology.ingress):
-                await published
         return envelope
 
     async def request(

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aio_pika
@@ -55,6 +55,10 @@ DEAD_LETTER_NACK_TRIES = 3
 DEAD_LETTER_NACK_PAUSE_S = 0.05
 #: what may keep a `DROPPED_ALERT` from going out (the drop is counted and logged anyway)
 _ALERT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, aiormq.exceptions.AMQPError)
+
+
+def _no_inject(headers: Any) -> None:
+    return None
 
 
 def login_of(settings: Any) -> str:
@@ -131,6 +135,8 @@ class Publisher(Lifecycle):
         self._fast_exchanges: dict[str, AbstractExchange] = {}
         #: the component's span hooks, set by `start()` (None: ``MESH_OTEL=off``)
         self.tracing: Tracing | None = None
+        #: writes the current hop into a message's headers (nothing without spans)
+        self._inject: Callable[[Any], None] = _no_inject
         #: dead letters the broker refused, by reason (`dead_letter`; read by the metrics)
         self.dropped: dict[str, int] = {}
         #: per reason: (monotonic time of the last report, the count it reported)
@@ -142,6 +148,8 @@ class Publisher(Lifecycle):
         if self._confirmed is not None:
             return
         self.tracing = tracing_for(self.conn.settings, self.conn.name)
+        if self.tracing is not None:
+            self._inject = self.tracing.inject
         self._confirmed = await self.conn.channel(confirms=True)
         self._fast = await self.conn.channel(confirms=False)
 
@@ -176,9 +184,8 @@ class Publisher(Lifecycle):
         an unroutable mandatory publish stays `PublishError`.
         """
         message.user_id = self.login
-        if self.tracing is not None:
-            # inside a hop's span: the next process continues it (`mesh.tracing`)
-            self.tracing.inject(message.headers)
+        # inside a hop's span the next process continues it (`mesh.tracing`); chosen once
+        self._inject(message.headers)
         try:
             await exchange.publish(message, routing_key=routing_key, mandatory=mandatory)
         except aiormq.exceptions.PublishError:

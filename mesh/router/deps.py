@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from mesh.config import Settings
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import TaskStore
+from mesh.hooks import Hooks
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
-from mesh.router.hooks import RouterHooks
 from mesh.router.reply_path import ReplyPath
 from mesh.topology import DeadReason, Topology
 from schemas import Result, TaskEnvelope
@@ -37,7 +37,7 @@ class RouterDeps:
     selector: Selector
     guard: Guard
     replies: ReplyPath
-    hooks: RouterHooks
+    hooks: Hooks
 
     async def emit(
         self,

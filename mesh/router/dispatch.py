@@ -43,7 +43,8 @@ class Dispatcher:
         patient: bool = False,
     ) -> None:
         """Publish `envelope` to `choice` (inside the hooks' dispatch scope)."""
-        with self.deps.hooks.dispatch(envelope, choice.agent_id, choice.route):
+        hooks, exchange = self.deps.hooks, self.deps.topology.capabilities
+        with hooks.dispatch(envelope, choice.agent_id, choice.route, exchange):
             await self._dispatch(envelope, choice, raw, received, patient=patient)
 
     async def _dispatch(

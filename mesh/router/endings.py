@@ -124,7 +124,8 @@ class Endings:
         if commit.status == "done":
             logger.info("task_id=%s already finished; %s dropped", envelope.task_id, code)
             return
-        deps.hooks.ended(status, code)
+        deps.hooks.annotate(status, code)
+        deps.hooks.ended(status)
         waiters = set(commit.waiters)
         own = waiter_of(envelope)
         if own:

@@ -16,13 +16,13 @@ and counted; callers accept Results only from a router's user
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.roles import AccessScope
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
+from mesh.hooks import NO_HOOKS, Hooks
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
@@ -52,6 +52,8 @@ class ResultForwarder(Lifecycle):
         self.store = store
         self.scope = AccessScope.from_settings(conn.settings)
         self.forwarded = 0
+        #: the router's hooks (spans: a forwarded Result continues the worker's hop)
+        self.hooks: Hooks = NO_HOOKS
         #: notices not believed: another user's, or of a task with no stored Result
         self.refused = 0
 
@@ -91,8 +93,7 @@ class ResultForwarder(Lifecycle):
                 "result notice for task_id=%s refused: agent %r sealed no Result", task_id, agent_id
             )
             return
-        tracing = self.publisher.tracing
-        with nullcontext() if tracing is None else tracing.relay(message.headers or {}):
+        with self.hooks.relay(message.headers or {}):
             for waiter in await self.store.waiters(task_id):
                 await self._reply(waiter, stored)
         await self.store.mark_replied(task_id)

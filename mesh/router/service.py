@@ -27,6 +27,7 @@ from mesh.access.refusal import Refusal
 from mesh.connection import MeshConnection
 from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import TaskStore
+from mesh.hooks import hooks_for
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.metrics.core import Metrics
@@ -36,7 +37,6 @@ from mesh.router.dispatch import Dispatcher
 from mesh.router.endings import Endings
 from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import guard_for
-from mesh.router.hooks import hooks_for
 from mesh.router.intake import Delivery, Intake
 from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
@@ -106,9 +106,7 @@ class RouterService(Lifecycle):
             selector=self.selector,
             guard=guard_for(self.settings, self.topology),
             replies=reply_path_for(self.settings, self.store),
-            hooks=hooks_for(
-                self.metrics, self.publisher.tracing, self.router_id, self.topology.capabilities
-            ),
+            hooks=hooks_for(self.metrics, self.publisher.tracing),
         )
         self._endings = Endings(deps)
         self._intake = Intake(deps, self._endings)
@@ -137,15 +135,16 @@ class RouterService(Lifecycle):
         self._intake_sub = subscriber
         self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
         if self.results is not None:
+            self.results.hooks = deps.hooks
             await self.results.start()
         if self.feedback is not None:
             await self.feedback.start()
-        deps.hooks.attach(self)
+        deps.hooks.attach("router", self)
         logger.info("router consuming %s", self.topology.router_queue)
 
     async def close(self) -> None:
         if self.deps is not None:
-            self.deps.hooks.detach(self)
+            self.deps.hooks.detach("router", self)
         if self.feedback is not None:
             await self.feedback.close()
         if self.results is not None:
@@ -186,7 +185,7 @@ class RouterService(Lifecycle):
         envelope = await self._intake.decode(delivery)
         if envelope is None:
             return
-        with self.deps.hooks.route(envelope, delivery.headers):
+        with self.deps.hooks.route(envelope, delivery.headers, self.router_id):
             await self._route(envelope, delivery)
 
     async def _route(self, envelope: TaskEnvelope, delivery: Delivery) -> None:

@@ -141,10 +141,8 @@ class TaskContext:
         client = await self._deps.client()
         self.logger.info("handoff task_id=%s -> %s budget=%dms", child.task_id, target, budget)
         waiting = client.send(child, wait_s=budget / 1000.0 + HANDOFF_REPLY_MARGIN_S)
-        tracing = self._deps.tracing()
-        if tracing is None:
-            return await waiting
-        with tracing.handoff(child, self.agent_id, self.instance_id, budget):
+        hooks = self._deps.hooks()
+        with hooks.handoff(child, self.agent_id, self.instance_id, budget):
             result = await waiting
-            tracing.annotate(status=result.status, code=result.error.code if result.error else None)
+            hooks.annotate(result.status, result.error.code if result.error else None)
             return result

@@ -20,7 +20,7 @@ from mesh.topology import Topology
 from schemas import Result, TaskEnvelope
 
 if TYPE_CHECKING:
-    from mesh.tracing.spans import Tracing
+    from mesh.hooks import Hooks
 
 
 class EffectStore(Protocol):
@@ -64,8 +64,8 @@ class TaskDeps:
     fence: Fence
     #: the client handoffs go through (opened on first use)
     client: Callable[[], Awaitable[HandoffClient]]
-    #: the worker's span hooks once started (None: ``MESH_OTEL=off``; `mesh.tracing`)
-    tracing: Callable[[], Tracing | None] = lambda: None
+    #: the worker's hooks once started (spans, metrics: `mesh.hooks`)
+    hooks: Callable[[], Hooks] = lambda: _no_hooks()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,12 @@ class WorkerDeps:
     @property
     def settings(self) -> Settings:
         return self.task.settings
+
+
+def _no_hooks() -> Hooks:
+    from mesh.hooks import NO_HOOKS
+
+    return NO_HOOKS
 
 
 __all__ = ["ContextBackend", "EffectStore", "Fence", "HandoffClient", "TaskDeps", "WorkerDeps"]

@@ -27,12 +27,14 @@ from mesh.dispatch.context import ContextStore
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Claim, Holder, ReplyMarks, TaskStore
 from mesh.errors import NotStarted
+from mesh.hooks import NO_HOOKS, Hooks, hooks_for
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.topology import DEFERRED_HEADER
 from mesh.wire import Manual, Subscriber
 from mesh.worker.agent import Agent
+from mesh.worker.answers import answers_for
 from mesh.worker.bands import BandGate
 from mesh.worker.context import TaskContext
 from mesh.worker.control import ControlConsumer
@@ -109,11 +111,13 @@ class WorkerRuntime(Lifecycle):
             contexts=self.contexts,
             fence=self.membership,
             client=self.client,
-            tracing=lambda: self.publisher.tracing,
+            hooks=lambda: self.hooks,
         )
+        #: spans and metrics, chosen once the publisher started (`mesh.hooks`)
+        self.hooks: Hooks = NO_HOOKS
         self.settler = Settler(
             WorkerDeps(self.task_deps, self.topology, self.store, self.publisher, self.replied),
-            metrics,
+            answers_for(self.settings, self.publisher, self.topology, self.replied),
         )
         timing = [] if metrics is None else [MetricsMiddleware(metrics, agent.agent_id)]
         self.middleware: list[WorkerMiddleware] = [
@@ -193,6 +197,7 @@ class WorkerRuntime(Lifecycle):
         self._state = "started"
         self.agent.require_handler()
         await self.publisher.start()
+        self.hooks = self.settler.hooks = hooks_for(self.metrics, self.publisher.tracing)
         await self.topology.declare(self.publisher.channel)
         await self.topology.declare(
             self.publisher.channel, self.topology.agent_spec(self.agent.agent_id)
@@ -215,8 +220,7 @@ class WorkerRuntime(Lifecycle):
             self._consumers.append(consumer)
             await consumer.start()
         await self.control.start()
-        if self.metrics is not None:
-            self.metrics.watch("worker", self)
+        self.hooks.attach("worker", self)
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
 
     async def client(self) -> HandoffClient:
@@ -266,14 +270,10 @@ class WorkerRuntime(Lifecycle):
             await settler.duplicate(message)
             return
         self._running[envelope.task_id] = current_task()
-        tracing = self.publisher.tracing
+        ids = (self.agent.agent_id, self.instance_id)
         try:
-            if tracing is None:
+            with self.hooks.handle(envelope, message.headers or {}, *ids):
                 await self._attempt(message, envelope)
-            else:
-                ids = (self.agent.agent_id, self.instance_id)
-                with tracing.handle(envelope, message.headers or {}, *ids):
-                    await self._attempt(message, envelope)
         finally:
             self._running.pop(envelope.task_id, None)
 
@@ -312,11 +312,9 @@ class WorkerRuntime(Lifecycle):
             claim = await claim_it(holder)
         if claim.status != "claimed":
             await self.settler.claimed(message, envelope, claim)
-            if self.publisher.tracing is not None:
-                self.publisher.tracing.annotate(status=claim.status)
+            self.hooks.annotate(claim.status)
             return
-        if self.metrics is not None:
-            self.metrics.started(self.agent.agent_id, message.headers)
+        self.hooks.started(self.agent.agent_id, message.headers)
         if claim.recovered:
             logger.warning(
                 "task_id=%s: its record was lost and recovered (Redis lost its data?); it "
@@ -347,10 +345,9 @@ class WorkerRuntime(Lifecycle):
         result = await asyncio.shield(
             self.settler.settle(message, envelope, outcome, timings, holder)
         )
-        if self.publisher.tracing is not None:
-            status = result.status if result is not None else _UNSETTLED[outcome.kind]
-            code = result.error.code if result is not None and result.error else None
-            self.publisher.tracing.annotate(status=status, code=code)
+        status = result.status if result is not None else _UNSETTLED[outcome.kind]
+        code = result.error.code if result is not None and result.error else None
+        self.hooks.annotate(status, code)
 
     async def _execute(self, run: TaskRun) -> Outcome:
         """The middleware chain around the agent's handler (built once, on first use)."""
@@ -396,8 +393,7 @@ class WorkerRuntime(Lifecycle):
         await self.drain()
 
     async def _release(self) -> None:
-        if self.metrics is not None:
-            self.metrics.unwatch("worker", self)
+        self.hooks.detach("worker", self)
         await self.control.close()
         client, self._client = self._client, None
         if client is not None:

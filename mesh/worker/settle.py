@@ -11,21 +11,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Claim, Commit, Holder
-from mesh.messaging import envelope_message, result_message, waiter_of
+from mesh.hooks import NO_HOOKS, Hooks
+from mesh.messaging import envelope_message
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
 from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
+from mesh.worker.answers import Answers
 from mesh.worker.deps import WorkerDeps
 from mesh.worker.outcome import Outcome, nearest_delay, terminal_result, unstorable_result
 from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
-
-if TYPE_CHECKING:
-    from mesh.metrics.core import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -33,18 +32,20 @@ logger = logging.getLogger(__name__)
 class Settler:
     """Turns what became of a delivery into AMQP actions, for one worker instance."""
 
-    def __init__(self, deps: WorkerDeps, metrics: Metrics | None = None) -> None:
+    def __init__(self, deps: WorkerDeps, answers: Answers) -> None:
         self.deps = deps
-        #: terminal statuses, end-to-end times, retries, dead letters (None: off)
-        self.metrics = metrics
+        #: how Results reach the callers (chosen once: `mesh.worker.answers`)
+        self.answers = answers
+        #: terminal statuses, end-to-end times, retries, dead letters, spans (`mesh.hooks`);
+        #: the runtime sets its own once started
+        self.hooks: Hooks = NO_HOOKS
         self.completed = 0
 
     # --- deliveries that end without a run ------------------------------------------------
     async def invalid(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
         """A body that does not decode: to `mesh.dead.invalid`, byte for byte."""
-        await self.deps.publisher.dead_letter("invalid", exc.raw, details=exc.as_details())
-        if self.metrics is not None:
-            self.metrics.dead_lettered("invalid")
+        if await self.deps.publisher.dead_letter("invalid", exc.raw, details=exc.as_details()):
+            self.hooks.dead_lettered("invalid")
         await quietly(message.ack())
 
     async def duplicate(self, message: AbstractIncomingMessage) -> None:
@@ -193,11 +194,10 @@ class Settler:
             return None
         if dead is not None:
             reason, body, details = dead
-            await deps.publisher.dead_letter(
+            if await deps.publisher.dead_letter(
                 reason, body, details=details, task_id=envelope.task_id
-            )
-            if self.metrics is not None:
-                self.metrics.dead_lettered(reason)
+            ):
+                self.hooks.dead_lettered(reason)
         await self.deliver(envelope, result, commit.waiters)
         await quietly(message.ack())
         return result
@@ -223,8 +223,7 @@ class Settler:
             envelope.task_id, holder, "retrying", by=deps.instance_id, note=outcome.message
         )
         await quietly(message.ack())
-        if self.metrics is not None:
-            self.metrics.retried(deps.agent_id)
+        self.hooks.retried(deps.agent_id)
         await self._emit(
             envelope,
             "retrying",
@@ -257,38 +256,17 @@ class Settler:
             agent_id=self.deps.agent_id,
             # under access control a router answers the callers (`ResultForwarder`), with
             # the copy sealed under this agent's own keys
-            with_waiters=not self.deps.settings.access_control,
-            seal=self.deps.settings.access_control,
+            with_waiters=self.answers.with_waiters,
+            seal=self.answers.seal,
         )
 
     # --- answers ------------------------------------------------------------------------------
     async def reply_all(
         self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]
     ) -> None:
-        """Send `result` to every recorded reply_to of the task (and the envelope's own).
-
-        Under access control a worker writes no reply queue: it tells a router, which
-        checks who sent the notice and forwards the stored Result (`ResultForwarder`).
-        """
-        deps = self.deps
-        if deps.settings.access_control:
-            topology = deps.topology
-            exchange = await deps.publisher.exchange(topology.results)
-            notice = result_message(result)
-            await with_retries(
-                lambda: deps.publisher.send(exchange, notice, topology.results_key, mandatory=False)
-            )
-            return
-        targets = set(waiters)
-        own = waiter_of(envelope)
-        if own:
-            targets.add(own)
-        for reply_to in sorted(targets):
-            await self._reply(reply_to, result)
-        self.deps.replied.mark(envelope.task_id)
-
-    async def _reply(self, reply_to: str, result: Result) -> None:
-        await with_retries(lambda: self.deps.publisher.reply(reply_to, result))
+        """Send `result` to every recorded reply_to of the task (and the envelope's own),
+        or, under access control, have a router forward it (`mesh.worker.answers`)."""
+        await self.answers.answer(envelope, result, waiters)
 
     async def deliver(
         self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str] = ()
@@ -297,14 +275,13 @@ class Settler:
         await self.reply_all(envelope, result, waiters)
         if result.status == "completed":
             self.completed += 1
-        if self.metrics is not None:
-            route = envelope.route
-            self.metrics.ended(
-                result.status,
-                self.deps.agent_id,
-                route.strategy if route is not None else "",
-                envelope.created_ms,
-            )
+        route = envelope.route
+        self.hooks.ended(
+            result.status,
+            self.deps.agent_id,
+            route.strategy if route is not None else "",
+            envelope.created_ms,
+        )
         await self.deps.publisher.emit(
             Event(
                 type=f"task.{result.status}",
