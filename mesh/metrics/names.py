@@ -24,7 +24,7 @@ TASK_BUCKETS = (
     *(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
     *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0),
 )
-#: why RabbitMQ returned a dispatch (`mesh.router.endings.death_reason`) and ``unbound``
+#: why RabbitMQ returned a dispatch (`mesh.router.reasons.death_reason`) and ``unbound``
 #: (no queue bound for the agent); any other reason is counted as ``other``
 REROUTE_REASONS = frozenset({"expired", "rejected", "delivery_limit", "maxlen", "unbound"})
 #: the states of a circuit breaker (`mesh.router.breaker.State`)

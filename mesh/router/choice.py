@@ -1,4 +1,4 @@
-"""Choosing an agent: the `Selector` protocol, its outcome, and the plan of one delivery.
+"""The choice step: an agent for a delivery, or why it ends here.
 
 `Chooser.plan` is the router's choice step: given an envelope (stamped, believed) and, for
 a dispatch that came back, where it came from, it says whether the task ends here (hops,
@@ -9,90 +9,15 @@ nothing: recording and publishing are the next steps' (`mesh.router.intake`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
-from mesh.router.endings import Ending, ending_of, no_agent, time_left_ms
-from schemas import Event, RouteInfo, TaskEnvelope
+from mesh.router.plan import Plan, RouteChoice
+from mesh.router.reasons import Ending, ending_of, no_agent, time_left_ms
+from schemas import RouteInfo, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.router.deps import RouterDeps
     from mesh.router.returns import Returned
-
-
-@dataclass(frozen=True, slots=True)
-class RouteChoice:
-    """The outcome of selection: an agent and how it was chosen, plus explanation data."""
-
-    agent_id: str
-    route: RouteInfo
-    explain: dict[str, Any] = field(default_factory=dict)
-
-
-class Selector(Protocol):
-    """Chooses an agent for an envelope without a `target` (the semantic router).
-
-    `select` only chooses: it changes nothing. `dispatched` is called once the chosen
-    dispatch was published and confirmed (breaker probes, load counts, learning).
-    """
-
-    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None: ...
-
-    def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None: ...
-
-    def is_live(self, agent_id: str) -> bool:
-        """Does `agent_id` hold a live lease (an instance that takes its queue)?"""
-        ...
-
-
-class NoSelector:
-    """Used until semantic routing is configured: only `target` envelopes are routable."""
-
-    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
-        return None
-
-    def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
-        return None
-
-    def is_live(self, agent_id: str) -> bool:
-        return False  # unknown without a snapshot: an expired dispatch is rerouted
-
-
-def decision_event(
-    envelope: TaskEnvelope,
-    choice: RouteChoice | None,
-    timings: dict[str, float] | None = None,
-    explain: dict[str, Any] | None = None,
-) -> Event:
-    """The ``route.decision`` event of one decision (None: nothing could be chosen)."""
-    return Event(
-        type="route.decision",
-        trace_id=envelope.trace_id,
-        task_id=envelope.task_id,
-        agent_id=choice.agent_id if choice else None,
-        data={
-            "capability": envelope.capability[:500],
-            # where the task sits in its trace (`mesh trace` draws handoffs and budgets)
-            "parent_task_id": envelope.parent_task_id,
-            "hops": envelope.hops,
-            "deadline_ms": envelope.deadline_ms,
-            "route": choice.route.model_dump() if choice else None,
-            "excluded": list(envelope.excluded_agents),
-            "timings": timings or {},
-            **(explain or {}),
-        },
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What becomes of one delivery: an agent (`choice`), or an `ending`, never both."""
-
-    envelope: TaskEnvelope
-    choice: RouteChoice | None
-    ending: Ending | None
-    #: back into a live agent's own queue, waiting up to the deadline (a backlog)
-    patient: bool = False
 
 
 class Chooser:
@@ -133,4 +58,4 @@ class Chooser:
         return Plan(envelope, choice, ending)
 
 
-__all__ = ["Chooser", "NoSelector", "Plan", "RouteChoice", "Selector", "decision_event"]
+__all__ = ["Chooser"]

@@ -23,8 +23,8 @@ from mesh.topology import DeadReason, Topology
 from schemas import Result, TaskEnvelope
 
 if TYPE_CHECKING:
-    from mesh.router.choice import Selector
     from mesh.router.guard import Guard
+    from mesh.router.plan import Selector
 
 
 @dataclass(frozen=True, slots=True)

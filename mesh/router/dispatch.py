@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from aiormq.exceptions import PublishError
 
-from mesh.router.choice import RouteChoice, decision_event
-from mesh.router.endings import no_agent, time_left_ms
+from mesh.router.plan import RouteChoice, decision_event
+from mesh.router.reasons import no_agent, time_left_ms
 
 if TYPE_CHECKING:
     from mesh.router.choice import Chooser

@@ -1,7 +1,7 @@
-"""How the router ends what it cannot route: the reasons, and the terminal step.
+"""The terminal step: how the router ends what it cannot route.
 
-The reasons (`Ending`, `ending_of`, `no_agent`) are pure. `Endings` carries one out: the
-task's Result is recorded, every caller answered, the body dead-lettered with the reason.
+`Endings` carries out an `mesh.router.reasons.Ending`: the task's Result is recorded,
+every caller answered, the body dead-lettered with the reason.
 A body that does not decode and a message the guard does not believe end here too,
 answered first when their reply route allows it, then kept in ``dead.invalid``.
 """
@@ -9,90 +9,20 @@ answered first when their reply route allows it, then kept in ``dead.invalid``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
 from mesh.access.refusal import Refusal
 from mesh.messaging import waiter, waiter_of
 from mesh.results import error_result
-from mesh.topology import DeadReason
-from schemas import InvalidEnvelope, Result, TaskEnvelope, now_ms
+from mesh.router.reasons import Ending
+from schemas import InvalidEnvelope, Result, TaskEnvelope
 from schemas.codec import peek
-from schemas.result import ErrorInfo, Status
+from schemas.result import ErrorInfo
 
 if TYPE_CHECKING:
     from mesh.router.deps import RouterDeps
 
 logger = logging.getLogger(__name__)
-
-
-class Ending(NamedTuple):
-    """A task the router ends itself: status, dead-letter queue, error code and message."""
-
-    status: Status
-    reason: DeadReason
-    code: str
-    message: str
-    details: dict[str, Any] | None = None
-
-
-def time_left_ms(envelope: TaskEnvelope) -> int:
-    """Milliseconds to the task's deadline (its whole timeout before it is stamped)."""
-    if envelope.deadline_ms is None:
-        return envelope.timeout_ms
-    return envelope.deadline_ms - now_ms()
-
-
-def no_agent(envelope: TaskEnvelope) -> Ending:
-    """Nothing could be chosen for `envelope`."""
-    return Ending(
-        "unroutable",
-        "unroutable",
-        "no_agent",
-        "no live agent matches the task",
-        {"excluded_agents": envelope.excluded_agents},
-    )
-
-
-def ending_of(envelope: TaskEnvelope, max_reroutes: int) -> Ending | None:
-    """Why the task must end before any agent is chosen (hops, deadline, reroutes)."""
-    if envelope.hops >= envelope.max_hops and envelope.hops > 0:
-        return Ending(
-            "dead",
-            "hops",
-            "max_hops_exceeded",
-            f"hops={envelope.hops} reached max_hops={envelope.max_hops}",
-            {"trajectory": envelope.trajectory},
-        )
-    if time_left_ms(envelope) <= 0:
-        return Ending(
-            "expired",
-            "expired",
-            "deadline_passed",
-            "the task's deadline passed before it could be dispatched",
-        )
-    if envelope.reroutes > max_reroutes:
-        return Ending(
-            "unroutable",
-            "unroutable",
-            "reroutes_exhausted",
-            f"no agent accepted the task after {envelope.reroutes - 1} reroutes",
-            {"excluded_agents": envelope.excluded_agents},
-        )
-    return None
-
-
-def death_reason(headers: dict[str, Any]) -> str:
-    """Why RabbitMQ dead-lettered a dispatch: expired, rejected, delivery_limit, maxlen."""
-    reason = headers.get("x-first-death-reason")
-    if isinstance(reason, bytes):
-        reason = reason.decode()
-    if isinstance(reason, str):
-        return reason
-    deaths = headers.get("x-death")
-    if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
-        first = deaths[0].get("reason")
-        return first.decode() if isinstance(first, bytes) else str(first)
-    return "unknown"
 
 
 class Endings:
@@ -206,4 +136,4 @@ class Endings:
         await self.deps.reply(waiter(reply_to, correlation_id), result)
 
 
-__all__ = ["Ending", "Endings", "death_reason", "ending_of", "no_agent", "time_left_ms"]
+__all__ = ["Endings"]

@@ -18,9 +18,9 @@ from mesh.router.returns import before_dispatch
 from schemas import InvalidEnvelope, TaskEnvelope, decode, now_ms
 
 if TYPE_CHECKING:
-    from mesh.router.choice import Plan
     from mesh.router.deps import RouterDeps
     from mesh.router.endings import Endings
+    from mesh.router.plan import Plan
 
 logger = logging.getLogger(__name__)
 

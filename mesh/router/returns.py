@@ -12,11 +12,11 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mesh.router.endings import death_reason
+from mesh.router.reasons import death_reason
 
 if TYPE_CHECKING:
-    from mesh.router.choice import Plan
     from mesh.router.deps import RouterDeps
+    from mesh.router.plan import Plan
     from schemas import TaskEnvelope
 
 logger = logging.getLogger(__name__)

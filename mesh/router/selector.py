@@ -27,12 +27,12 @@ from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.batcher import QueryBatcher
 from mesh.router.bids import BidCollector
 from mesh.router.breaker import BreakerBoard
-from mesh.router.choice import RouteChoice, decision_event
 from mesh.router.embedding import Embedder
 from mesh.router.index import CapabilityIndex
 from mesh.router.keeper import IndexKeeper
 from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import OutcomeLedger
+from mesh.router.plan import RouteChoice, decision_event
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.thresholds import resolve_threshold
 from schemas import RouteInfo, TaskEnvelope, now_ms

@@ -31,13 +31,14 @@ from mesh.hooks import hooks_for
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.metrics.core import Metrics
-from mesh.router.choice import Chooser, NoSelector, RouteChoice, Selector
+from mesh.router.choice import Chooser
 from mesh.router.deps import RouterDeps
 from mesh.router.dispatch import Dispatcher
 from mesh.router.endings import Endings
 from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import guard_for
 from mesh.router.intake import Delivery, Intake
+from mesh.router.plan import NoSelector, RouteChoice, Selector
 from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
 from mesh.router.returns import Returns

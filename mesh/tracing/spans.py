@@ -51,7 +51,7 @@ from opentelemetry.util.types import AttributeValue
 
 from mesh.config import Settings
 from mesh.errors import ConfigError
-from mesh.tracing import is_traced, otel_trace_id
+from mesh.tracing.ids import is_traced, otel_trace_id
 from schemas import Result, RouteInfo, TaskEnvelope
 
 logger = logging.getLogger(__name__)

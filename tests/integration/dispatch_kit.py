@@ -10,7 +10,7 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.roles import Role
 from mesh.connection import MeshConnection
-from mesh.router.choice import RouteChoice, Selector
+from mesh.router.plan import RouteChoice, Selector
 from mesh.router.service import RouterService
 from mesh.worker.agent import Agent
 from mesh.worker.membership import Membership

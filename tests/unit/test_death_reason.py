@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mesh.router.endings import death_reason
+from mesh.router.reasons import death_reason
 
 
 def test_first_death_reason_header_wins() -> None:

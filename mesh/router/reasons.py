@@ -1,0 +1,86 @@
+"""Why the router ends a task itself, and why the broker returned a dispatch (pure).
+
+`ending_of` is checked before any agent is chosen (hops, deadline, reroutes); `no_agent`
+when nothing could be chosen; `death_reason` reads a returned dispatch's ``x-death``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from mesh.topology import DeadReason
+from schemas import TaskEnvelope, now_ms
+from schemas.result import Status
+
+
+class Ending(NamedTuple):
+    """A task the router ends itself: status, dead-letter queue, error code and message."""
+
+    status: Status
+    reason: DeadReason
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+def time_left_ms(envelope: TaskEnvelope) -> int:
+    """Milliseconds to the task's deadline (its whole timeout before it is stamped)."""
+    if envelope.deadline_ms is None:
+        return envelope.timeout_ms
+    return envelope.deadline_ms - now_ms()
+
+
+def no_agent(envelope: TaskEnvelope) -> Ending:
+    """Nothing could be chosen for `envelope`."""
+    return Ending(
+        "unroutable",
+        "unroutable",
+        "no_agent",
+        "no live agent matches the task",
+        {"excluded_agents": envelope.excluded_agents},
+    )
+
+
+def ending_of(envelope: TaskEnvelope, max_reroutes: int) -> Ending | None:
+    """Why the task must end before any agent is chosen (hops, deadline, reroutes)."""
+    if envelope.hops >= envelope.max_hops and envelope.hops > 0:
+        return Ending(
+            "dead",
+            "hops",
+            "max_hops_exceeded",
+            f"hops={envelope.hops} reached max_hops={envelope.max_hops}",
+            {"trajectory": envelope.trajectory},
+        )
+    if time_left_ms(envelope) <= 0:
+        return Ending(
+            "expired",
+            "expired",
+            "deadline_passed",
+            "the task's deadline passed before it could be dispatched",
+        )
+    if envelope.reroutes > max_reroutes:
+        return Ending(
+            "unroutable",
+            "unroutable",
+            "reroutes_exhausted",
+            f"no agent accepted the task after {envelope.reroutes - 1} reroutes",
+            {"excluded_agents": envelope.excluded_agents},
+        )
+    return None
+
+
+def death_reason(headers: dict[str, Any]) -> str:
+    """Why RabbitMQ dead-lettered a dispatch: expired, rejected, delivery_limit, maxlen."""
+    reason = headers.get("x-first-death-reason")
+    if isinstance(reason, bytes):
+        reason = reason.decode()
+    if isinstance(reason, str):
+        return reason
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list) and deaths and isinstance(deaths[0], dict):
+        first = deaths[0].get("reason")
+        return first.decode() if isinstance(first, bytes) else str(first)
+    return "unknown"
+
+
+__all__ = ["Ending", "death_reason", "ending_of", "no_agent", "time_left_ms"]
