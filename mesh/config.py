@@ -451,6 +451,12 @@ class Settings(BaseModel):
         return mask_url(self.redis_url.get_secret_value())
 
 
+def default_of(name: str) -> Any:
+    """The default of `Settings.<name>`, the one place a setting's default is written (the
+    settings sections `ScoreWeights`, the observer's `Thresholds` and `Topology` read it)."""
+    return Settings.model_fields[name].default
+
+
 def warn_unknown(env: Mapping[str, str]) -> list[str]:
     """Log once (per process) the ``MESH_*`` names no setting reads; returns the new ones."""
     known = [ENV_PREFIX + name.upper() for name in Settings.model_fields]

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import aiormq.exceptions
 from aio_pika.abc import AbstractChannel, AbstractExchange, ExchangeType
 
-from mesh.config import Settings
+from mesh.config import default_of
 from mesh.errors import ConfigError
 
 DeadReason = Literal["invalid", "unroutable", "hops", "retries", "expired"]
@@ -97,9 +97,7 @@ class TopologySpec:
         )
 
 
-def _setting(name: str) -> Any:
-    """The default of `Settings.<name>`, the one place it is written."""
-    return Settings.model_fields[name].default
+_setting = default_of
 
 
 @dataclass(frozen=True, slots=True)

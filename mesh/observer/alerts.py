@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mesh.config import Settings
+from mesh.config import default_of
 from mesh.observer.windows import CountWindow, GrowthWindow, RatioWindow
 from mesh.topology import DEAD_REASONS, Topology
 from mesh.worker.middleware import LOOP_VISITS
@@ -79,8 +79,8 @@ SETTINGS_PREFIX = "observer_"
 
 
 def _setting(name: str) -> Any:
-    """The default of `Settings.observer_<name>`, the one place it is written."""
-    return Settings.model_fields[SETTINGS_PREFIX + name].default
+    """The default of `Settings.observer_<name>` (`mesh.config.default_of`)."""
+    return default_of(SETTINGS_PREFIX + name)
 
 
 @dataclass(frozen=True, slots=True)

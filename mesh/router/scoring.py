@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from mesh.config import Settings
+from mesh.config import Settings, default_of
 from mesh.router.index import AgentStats, CapabilityIndex
 
 __all__ = [
@@ -59,9 +59,7 @@ SETTINGS_FIELDS: tuple[str, ...] = (
 )
 
 
-def _setting(name: str) -> Any:
-    """The default of `Settings.<name>`, the one place it is written."""
-    return Settings.model_fields[name].default
+_setting = default_of
 
 
 @dataclass(frozen=True)
