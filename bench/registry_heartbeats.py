@@ -179,7 +179,7 @@ def main() -> None:
 async def _cleanup(settings: Settings) -> None:
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     async with await connect(settings, name="bench-cleanup") as conn:
-        keys: list[Any] = [k async for k in conn.redis.scan_iter(match=f"{settings.namespace}:*")]
+        keys: list[Any] = [k async for k in conn.redis.scan_iter(match=conn.keys.pattern())]
         if keys:
             await conn.redis.delete(*keys)
 

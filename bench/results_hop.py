@@ -44,6 +44,7 @@ from mesh.access.provision import Provisioner  # noqa: E402
 from mesh.access.roles import AccessScope, Role, build_plan, roles_for  # noqa: E402
 from mesh.config import Settings  # noqa: E402
 from mesh.connection import MeshConnection, connect  # noqa: E402
+from mesh.keys import Keys  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.metrics import Metrics  # noqa: E402
 from mesh.router.service import RouterService  # noqa: E402
@@ -150,6 +151,11 @@ async def provisioned(base: Settings) -> AsyncIterator[dict[str, tuple[str, str]
         try:
             for role in roles:
                 await cleaner.execute_command("ACL", "DELUSER", scope.user(role))
+            # the tenant's keys (its vhost is part of them; `purge` deletes those of "/")
+            pattern = Keys(scope.namespace, scope.vhost).pattern()
+            keys = [k async for k in cleaner.scan_iter(match=pattern)]
+            if keys:
+                await cleaner.delete(*keys)
         finally:
             await cleaner.aclose()
         provisioner.close()

@@ -108,7 +108,7 @@ async def measure(settings: Settings, args: argparse.Namespace) -> None:
 async def cleanup(settings: Settings) -> None:
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     async with await connect(settings, name="bench-cleanup") as conn:
-        keys = [k async for k in conn.redis.scan_iter(match=f"{settings.namespace}:*")]
+        keys = [k async for k in conn.redis.scan_iter(match=conn.keys.pattern())]
         for i in range(0, len(keys), 1000):
             await conn.redis.delete(*keys[i : i + 1000])
 

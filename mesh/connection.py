@@ -36,6 +36,7 @@ from redis.exceptions import NoPermissionError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from yarl import URL
 
+from mesh.access.roles import vhost_of
 from mesh.config import Settings, mask_url
 from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
 from mesh.keys import Keys
@@ -260,7 +261,7 @@ class MeshConnection(Lifecycle):
         self.settings = settings
         self.name = name
         self.topology = Topology.from_settings(settings)
-        self.keys = Keys(settings.namespace)
+        self.keys = Keys(settings.namespace, vhost_of(settings))
         self._amqp: AbstractRobustConnection | None = None
         self._redis: Redis | None = None
 

@@ -131,6 +131,10 @@ class UserConflict(AccessError):
     """A broker or Redis user of that name exists and was not created by `mesh access`."""
 
 
+class TenantConflict(AccessError):
+    """Users of another tenant (or another user prefix) may reach the keys of this one."""
+
+
 class RedisAclRefused(AccessError):
     """The Redis user of ``MESH_REDIS_URL`` may not manage ACL users."""
 
@@ -153,6 +157,7 @@ __all__ = [
     "Retry",
     "ServiceUnavailable",
     "StaleFencingToken",
+    "TenantConflict",
     "Unhealthy",
     "UnknownTask",
     "UserConflict",

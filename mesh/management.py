@@ -190,9 +190,11 @@ class Management:
         result: dict[str, Any] | None = self._call("GET", f"/api/users/{_q(name)}", missing_ok=True)
         return result
 
-    def put_user(self, name: str, password: str, tags: tuple[str, ...] = ()) -> None:
-        """Create user `name` or replace its password and tags."""
-        self._call("PUT", f"/api/users/{_q(name)}", {"password": password, "tags": ",".join(tags)})
+    def put_user(self, name: str, password: str | None, tags: tuple[str, ...] = ()) -> None:
+        """Create user `name` or replace its password and tags (None: no password at all, the
+        user cannot log in with one; ``rabbitmqctl change_password`` gives it one again)."""
+        login = {"password": password} if password is not None else {"password_hash": ""}
+        self._call("PUT", f"/api/users/{_q(name)}", {**login, "tags": ",".join(tags)})
 
     def delete_user(self, name: str) -> None:
         """Delete a user (its permissions, topic permissions and limits go with it)."""

@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from mesh.access.roles import vhost_of
 from mesh.config import Settings
 from mesh.dispatch.context import make_ref, parse_ref
 from mesh.dispatch.store import Holder
@@ -262,7 +263,7 @@ class AgentHarness:
             agent_id=agent.agent_id,
             instance_id=self.instance_id if own else f"{agent.agent_id}-stub",
             settings=self.settings,
-            keys=Keys(self.settings.namespace),
+            keys=Keys(self.settings.namespace, vhost_of(self.settings)),
             effects=effects,
             contexts=self._contexts,
             fence=effects.lease,

@@ -33,7 +33,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.keys import Keys
 from mesh.management import Management
-from mesh.topology import Topology
+from mesh.topology import Topology, TopologySpec
 
 ENABLED = os.environ.get("MESH_TEST_ACCESS_CONTROL") == "1"
 
@@ -56,6 +56,7 @@ MODULES = (
     "tests/integration/test_worker_bad_output.py",
     "tests/integration/test_dlq.py",
     "tests/integration/test_routing.py",
+    "tests/integration/test_router_bug.py",
 )
 
 
@@ -110,7 +111,9 @@ class AccessMode:
 
     async def declare(self, admin: MeshConnection, agent_id: str | None = None) -> None:
         """As admin: the mesh topology (once), and `agent_id`'s queues (once each)."""
-        wanted = [("", None)] if "" not in self.declared else []
+        wanted: list[tuple[str, TopologySpec | None]] = (
+            [("", None)] if "" not in self.declared else []
+        )
         if agent_id is not None and agent_id not in self.declared:
             wanted.append((agent_id, admin.topology.agent_spec(agent_id)))
         if not wanted:
@@ -134,9 +137,12 @@ class AccessMode:
             cleaner = redis_asyncio.Redis.from_url(self.base.redis_url.get_secret_value())
             try:
                 for role in self.creds:
-                    await cleaner.execute_command("ACL", "DELUSER", self.scope.user(role))
+                    await cleaner.acl_deluser(self.scope.user(role))
                 keys = [
-                    k async for k in cleaner.scan_iter(match=Keys(self.scope.namespace).pattern())
+                    k
+                    async for k in cleaner.scan_iter(
+                        match=Keys(self.scope.namespace, self.scope.vhost).pattern()
+                    )
                 ]
                 if keys:
                     await cleaner.delete(*keys)

@@ -138,7 +138,7 @@ async def purge(settings: Settings) -> None:
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     cleaner = await connect(settings, name="cleanup")
     try:
-        keys = [k async for k in cleaner.redis.scan_iter(match=f"{settings.namespace}:*")]
+        keys = [k async for k in cleaner.redis.scan_iter(match=cleaner.keys.pattern())]
         if keys:
             await cleaner.redis.delete(*keys)
     finally:

@@ -17,7 +17,18 @@ What `provision` does, in order, so that no user ever holds more than its plan:
    Redis ACL user (``ACL SETUSER <user> reset on >pw ...``; an existing one keeps its
    password and gets its rules replaced);
 4. the dead-letter policy and, when asked, the vhost's ``max-queues``;
-5. with ``redis_default_off`` last: ``ACL SETUSER default off``.
+5. with `operator`: the operator login (`OPERATOR_REDIS_RULES`), the one `mesh access`
+   itself runs as afterwards: a broker administrator and a Redis ACL user that may manage
+   ACL users and kill clients and scripts, and no key (new: fresh passwords; existing:
+   kept, its rules re-applied);
+6. with `guest`: that broker user loses its password (``password_hash ""``: it cannot log
+   in; ``rabbitmqctl change_password guest guest`` undoes it), the last management call;
+7. with ``redis_default_off`` last: ``ACL SETUSER default off``.
+
+Before anything changes, step 1 also refuses a plan whose Redis keys other provisioned
+users may reach (`TenantConflict`): a provisioned user of another scope whose ACL key
+patterns overlap the tenant's `Keys.pattern` (the same vhost and namespace under another
+``--user-prefix``, or users provisioned before the vhost was part of the keys).
 
 Passwords come from `secrets.token_urlsafe`, one per role and service; they are returned
 once in `Credentials` (repr masked) and never logged. An existing user keeps its password,
@@ -37,7 +48,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import redis
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
@@ -51,15 +62,44 @@ from mesh.access.roles import (
     dead_letter_policy,
 )
 from mesh.config import Settings, mask_url
-from mesh.errors import AccessError, RedisAclRefused, ServiceUnavailable, UserConflict, VhostMissing
+from mesh.errors import (
+    AccessError,
+    RedisAclRefused,
+    ServiceUnavailable,
+    TenantConflict,
+    UserConflict,
+    VhostMissing,
+)
+from mesh.keys import Keys
 from mesh.management import Management
 from mesh.topology import Topology
 
 logger = logging.getLogger(__name__)
 
 Status = Literal["created", "rotated", "repaired", "kept"]
+#: what became of the guest login and of Redis' `default` user
+Switch = Literal["switched off", "already off", "absent"]
 #: bytes of randomness of each generated password (token_urlsafe: ~1.3 characters a byte)
 PASSWORD_BYTES = 24
+#: the operator's name unless ``--operator`` says otherwise
+DEFAULT_OPERATOR = "mesh-operator"
+#: the broker's development login, disabled unless ``--keep-guest``
+DEFAULT_GUEST = "guest"
+#: broker tags of the operator: the management API's administrator, and ours
+OPERATOR_TAGS = ("administrator", PROVISIONED_TAG)
+#: Redis rules of the operator (after ``reset``): ACL users, CLIENT KILL (``+@connection``),
+#: the two kills no role has (a runaway Lua script or function), no key and no data command
+OPERATOR_REDIS_RULES = (
+    "resetchannels",
+    "-@all",
+    "+@connection",
+    "+acl",
+    "+client|kill",
+    "+script|kill",
+    "+function|kill",
+)
+#: ACL rule prefixes that name key patterns (``~p``, ``%R~p``, ``%W~p``, ``%RW~p``)
+_KEY_RULE = ("~", "%R~", "%W~", "%RW~")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +112,7 @@ class Endpoints:
 
     amqp: tuple[urllib.parse.SplitResult, ...]
     redis: urllib.parse.SplitResult
+    management: urllib.parse.SplitResult | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Endpoints:
@@ -79,7 +120,12 @@ class Endpoints:
         return cls(
             tuple(urllib.parse.urlsplit(node.strip()) for node in nodes),
             urllib.parse.urlsplit(settings.redis_url.get_secret_value()),
+            urllib.parse.urlsplit(settings.management_url.get_secret_value()),
         )
+
+    def management_url(self, user: str, password: str) -> str:
+        base = self.management or urllib.parse.urlsplit("http://127.0.0.1:15672/")
+        return _with_login(base, user, password, base.path or "/")
 
     def amqp_url(self, user: str, password: str, vhost: str) -> str:
         path = "/" if vhost == "/" else "/" + urllib.parse.quote(vhost, safe="")
@@ -111,6 +157,10 @@ class Credentials:
     redis_url: str = field(repr=False)
 
     @property
+    def label(self) -> str:
+        return self.role.label
+
+    @property
     def header(self) -> str:
         return f"# mesh role {self.role.label}: user {self.user!r} in vhost {self.vhost!r}"
 
@@ -129,6 +179,44 @@ class Credentials:
 
 
 @dataclass(frozen=True, slots=True)
+class OperatorCredentials:
+    """The operator's logins (`mesh access` runs as it once guest and `default` are off);
+    None where a login was kept (its password is not known); ``repr`` masks them."""
+
+    user: str
+    management_url: str | None = field(default=None, repr=False)
+    redis_url: str | None = field(default=None, repr=False)
+
+    label = "operator"
+
+    def env_lines(self) -> list[str]:
+        """``KEY=VALUE`` lines of what `mesh access` reads (no namespace: it is global)."""
+        lines = [f"# mesh role operator: user {self.user!r} (for `mesh access` only)"]
+        if self.management_url is not None:
+            lines.append(f"MESH_MANAGEMENT_URL={self.management_url}")
+        if self.redis_url is not None:
+            lines.append(f"MESH_REDIS_URL={self.redis_url}")
+        return lines
+
+
+class EnvBlock(Protocol):
+    """What the env writers take: a role's or the operator's credentials."""
+
+    @property
+    def label(self) -> str: ...
+
+    def env_lines(self) -> list[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorResult:
+    user: str
+    broker: Status
+    redis: Status
+    credentials: OperatorCredentials | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RoleResult:
     grant: Grant
     status: Status
@@ -141,6 +229,11 @@ class ProvisionReport:
     vhost_created: bool
     results: tuple[RoleResult, ...]
     redis_default_off: bool
+    operator: OperatorResult | None = None
+    #: (guest user name, what became of it); None: it was left as it is
+    guest: tuple[str, Switch] | None = None
+    #: what became of Redis' `default` user; None: it was left as it is
+    redis_default: Switch | None = None
 
     def credentials(self) -> list[Credentials]:
         return [r.credentials for r in self.results if r.credentials is not None]
@@ -204,18 +297,26 @@ class Provisioner:
         *,
         create_vhost: bool = False,
         rotate: bool = False,
+        operator: str | None = None,
+        guest: str | None = None,
         redis_default_off: bool = False,
     ) -> ProvisionReport:
-        """Create (or bring up to date) everything of `plan`; idempotent.
+        """Create (or bring up to date) everything of `plan`; idempotent. `operator`: also
+        the operator login of that name; `guest`: then take that broker user's password
+        away; `redis_default_off`: then switch Redis' `default` user off (module docstring).
 
         Raises:
             VhostMissing: the vhost does not exist and `create_vhost` is false.
-            UserConflict: a user of a role's name exists and is not one `provision` made.
+            UserConflict: a user of a role's (or the operator's) name exists and is not one
+                `provision` made.
+            TenantConflict: provisioned users of another scope may reach the plan's keys.
             RedisAclRefused: the Redis login may not run ``ACL`` commands.
             ManagementRequestFailed: the management API refused a request.
         """
         scope = plan.scope
         statuses = self._check(plan.grants, rotate)  # raises before anything changed
+        operator_status = self._check_operator(operator) if operator is not None else None
+        self._check_tenant(scope)
         vhost_created = self._ensure_vhost(scope, create_vhost)
         results = [self._apply(scope, g, statuses[g.user]) for g in plan.grants]
         p = plan.policy
@@ -230,10 +331,103 @@ class Provisioner:
         logger.info("policy %s on %s in vhost %r", p.name, p.pattern, scope.vhost)
         if plan.max_queues is not None:
             self._mgmt.put_vhost_limit(scope.vhost, "max-queues", plan.max_queues)
-        if redis_default_off:
-            self._acl("ACL", "SETUSER", "default", "off")
-            logger.warning("Redis user 'default' switched off (--redis-default-off)")
-        return ProvisionReport(plan, vhost_created, tuple(results), redis_default_off)
+        made = None
+        if operator is not None and operator_status is not None:
+            made = self._apply_operator(operator, *operator_status)
+        guest_done = (guest, self._disable_guest(guest)) if guest is not None else None
+        default_done = self._default_off() if redis_default_off else None
+        return ProvisionReport(
+            plan,
+            vhost_created,
+            tuple(results),
+            redis_default_off,
+            operator=made,
+            guest=guest_done,
+            redis_default=default_done,
+        )
+
+    # --- the operator, guest and Redis' default user ----------------------------------------
+    def _check_operator(self, name: str) -> tuple[Status, Status]:
+        """(broker, Redis) status of the operator login; raises before anything changed."""
+        existing = self._mgmt.get_user(name)
+        in_redis = self._acl_user_exists(name)
+        if existing is not None and PROVISIONED_TAG not in _tags(existing):
+            raise UserConflict(
+                f"broker user {name!r} exists and was not created by `mesh access provision`"
+                f" (no tag {PROVISIONED_TAG!r}): choose another --operator"
+            )
+        if existing is None and in_redis:
+            raise UserConflict(
+                f"Redis ACL user {name!r} exists without its broker user: delete it "
+                "(ACL DELUSER) or choose another --operator"
+            )
+        if existing is None:
+            return "created", "created"
+        return "kept", "kept" if in_redis else "created"
+
+    def _apply_operator(self, name: str, broker: Status, redis_status: Status) -> OperatorResult:
+        management_url = redis_url = None
+        if broker == "created":
+            password = self._password()
+            self._mgmt.put_user(name, password, OPERATOR_TAGS)
+            management_url = self._endpoints.management_url(name, password)
+        if redis_status == "created":
+            password = self._password()
+            rules = ["reset", "on", f">{password}", *OPERATOR_REDIS_RULES]
+            self._acl("ACL", "SETUSER", name, *rules, secret=password)
+            redis_url = self._endpoints.redis_url(name, password)
+        else:  # keep the password, replace the rules
+            self._acl("ACL", "SETUSER", name, "on", "resetkeys", *OPERATOR_REDIS_RULES)
+        logger.info("operator %r: broker user %s, Redis user %s", name, broker, redis_status)
+        creds = None
+        if management_url is not None or redis_url is not None:
+            creds = OperatorCredentials(name, management_url, redis_url)
+        return OperatorResult(name, broker, redis_status, creds)
+
+    def _disable_guest(self, name: str) -> Switch:
+        """Take the password of broker user `name` away (the last management call)."""
+        user = self._mgmt.get_user(name)
+        if user is None:
+            return "absent"
+        if user.get("password_hash") == "":
+            return "already off"
+        self._mgmt.put_user(name, None, tuple(_tags(user)))
+        logger.warning("broker user %r can no longer log in with a password", name)
+        return "switched off"
+
+    def _default_off(self) -> Switch:
+        """``ACL SETUSER default off`` (the last Redis call)."""
+        flags = _acl_field(self._acl("ACL", "GETUSER", "default"), "flags")
+        if flags is not None and "off" in flags:
+            return "already off"
+        self._acl("ACL", "SETUSER", "default", "off")
+        logger.warning("Redis user 'default' switched off")
+        return "switched off"
+
+    def _check_tenant(self, scope: AccessScope) -> None:
+        """Refuse a scope whose keys provisioned users of another scope may reach."""
+        ours = Keys(scope.namespace, scope.vhost).prefix + ":"
+        provisioned = {
+            u["name"]
+            for u in self._mgmt.users()
+            if PROVISIONED_TAG in _tags(u) and scope.role_of(u["name"]) is None
+        }
+        rows = self._acl("ACL", "LIST")
+        for row in rows if isinstance(rows, list) else []:
+            words = (row.decode() if isinstance(row, bytes) else str(row)).split(" ")
+            if len(words) < 2 or words[0] != "user" or words[1] not in provisioned:
+                continue
+            for word in words[2:]:
+                reach = _pattern_reach(word)
+                if reach is not None and (reach.startswith(ours) or ours.startswith(reach)):
+                    raise TenantConflict(
+                        f"Redis ACL user {words[1]!r} (another scope's) may reach the keys "
+                        f"{ours}* of namespace {scope.namespace!r} in vhost {scope.vhost!r} "
+                        f"through {word!r}: two user prefixes of one tenant share its keys "
+                        "(use the --user-prefix its users have), or that user was provisioned "
+                        "before the vhost was part of the keys (re-run `mesh access provision` "
+                        "for its scope), or revoke it"
+                    )
 
     def _ensure_vhost(self, scope: AccessScope, create: bool) -> bool:
         if self._mgmt.vhost(scope.vhost) is not None:
@@ -404,6 +598,42 @@ class Provisioner:
         )
 
 
+def _pattern_reach(rule: str) -> str | None:
+    """The literal text every key a key-pattern rule (``~p``, ``%R~p``...) matches starts
+    with (``""``: any key); None for a rule that names no keys."""
+    if rule == "allkeys":
+        return ""
+    for head in _KEY_RULE:
+        if rule.startswith(head):
+            pattern = rule[len(head) :]
+            break
+    else:
+        return None
+    literal: list[str] = []
+    chars = iter(pattern)
+    for ch in chars:
+        if ch == "\\":
+            literal.append(next(chars, ""))
+        elif ch in "*?[":
+            break
+        else:
+            literal.append(ch)
+    return "".join(literal)
+
+
+def _acl_field(answer: Any, name: str) -> list[str] | None:
+    """A field of an ``ACL GETUSER`` answer (RESP2: a flat list; RESP3: a dict) as text."""
+    if isinstance(answer, list):
+        answer = dict(zip(answer[::2], answer[1::2], strict=False))
+    if not isinstance(answer, dict):
+        return None
+    for key, value in answer.items():
+        if (key.decode() if isinstance(key, bytes) else key) == name:
+            items = value if isinstance(value, list) else [value]
+            return [v.decode() if isinstance(v, bytes) else str(v) for v in items]
+    return None
+
+
 def _tags(user: dict[str, Any]) -> list[str]:
     """A user's tags (3.10 answers a list; older brokers a comma-separated string)."""
     tags = user.get("tags") or []
@@ -413,7 +643,7 @@ def _tags(user: dict[str, Any]) -> list[str]:
 
 
 # --- credentials out -----------------------------------------------------------------------
-def env_text(credentials: Sequence[Credentials]) -> str:
+def env_text(credentials: Sequence[EnvBlock]) -> str:
     """Every role's ``KEY=VALUE`` block, each under its ``# mesh role ...`` header."""
     return "".join("\n".join(c.env_lines()) + "\n\n" for c in credentials)
 
@@ -452,27 +682,33 @@ def write_secret_file(path: Path, text: str) -> None:
         raise
 
 
-def write_env_file(path: Path, credentials: Sequence[Credentials]) -> None:
+def write_env_file(path: Path, credentials: Sequence[EnvBlock]) -> None:
     """Write the roles' blocks into one file (0600); blocks of other roles already there stay."""
     old = _sections(path.read_text(encoding="utf-8")) if path.exists() else {}
-    new = {c.role.label: "\n".join(c.env_lines()) + "\n\n" for c in credentials}
+    new = {c.label: "\n".join(c.env_lines()) + "\n\n" for c in credentials}
     write_secret_file(path, "".join({**old, **new}.values()))
 
 
-def write_env_dir(directory: Path, credentials: Sequence[Credentials]) -> list[Path]:
+def write_env_dir(directory: Path, credentials: Sequence[EnvBlock]) -> list[Path]:
     """One ``<role>.env`` file (0600) per role in `directory` (created 0700)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     paths = []
     for c in credentials:
-        path = directory / f"{c.role.label}.env"
+        path = directory / f"{c.label}.env"
         write_secret_file(path, "\n".join(c.env_lines()) + "\n")
         paths.append(path)
     return paths
 
 
 __all__ = [
+    "DEFAULT_GUEST",
+    "DEFAULT_OPERATOR",
+    "OPERATOR_REDIS_RULES",
     "Credentials",
     "Endpoints",
+    "EnvBlock",
+    "OperatorCredentials",
+    "OperatorResult",
     "ProvisionReport",
     "Provisioner",
     "RevokeReport",

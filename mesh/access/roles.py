@@ -33,7 +33,9 @@ Known limits of name-based regexes (the names are the topology's, not ours): an 
 is ``<agent_id>-<suffix>``, so worker ``a`` also matches instance and session queue names of
 an agent ``a-b``; in quorum mode agent ``x``'s band queue ``<ns>.agent.x.high`` is the queue
 of an agent named ``x.high``; admin's ``^<ns>\..*`` also covers a namespace ``<ns>.sub``
-in the same vhost. One vhost per tenant is the isolation boundary.
+in the same vhost. One vhost per tenant is the isolation boundary; the Redis keys carry
+the vhost too (`mesh.keys.tenant_prefix`), so `redis_acl` of one tenant names no key of
+another, whatever the namespaces.
 """
 
 from __future__ import annotations
@@ -332,14 +334,15 @@ _NO_COMMANDS = ("-@all", "+ping")
 
 
 def _key_glob(built: str) -> str:
-    """The glob of a key builder called with `_SENTINEL`: everything from there is ``*``."""
+    """The glob of a key builder called with `_SENTINEL`: the text before it escaped, and
+    everything from there ``*``."""
     cut = built.find(_SENTINEL)
-    return built if cut < 0 else built[:cut] + "*"
+    return glob_escape(built) if cut < 0 else glob_escape(built[:cut]) + "*"
 
 
-def redis_key_patterns(namespace: str) -> dict[str, str]:
-    """Glob of each `Keys` family of `namespace` (escaped), by family name."""
-    k = Keys(glob_escape(namespace))
+def redis_key_patterns(namespace: str, vhost: str = "/") -> dict[str, str]:
+    """Glob of each `Keys` family of the tenant (`namespace` in `vhost`), by family name."""
+    k = Keys(namespace, vhost)
     s = _SENTINEL
     built: dict[str, str] = {
         "fence": k.fence(s),
@@ -415,23 +418,25 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def redis_acl(kind: RoleKind, namespace: str, name: str = "") -> RedisAcl:
-    """The Redis ACL of a role in `namespace` (client: a user that may only PING); a
-    worker (`name`: its agent id) also writes the Results sealed under its own agent."""
-    patterns = redis_key_patterns(namespace)
+def redis_acl(kind: RoleKind, namespace: str, name: str = "", vhost: str = "/") -> RedisAcl:
+    """The Redis ACL of a role of the tenant (`namespace` in `vhost`): only keys of that
+    tenant (`Keys.pattern`), none of another vhost's or namespace's. A client may only
+    PING; a worker (`name`: its agent id) also writes the Results sealed under its agent."""
+    keys_of = Keys(namespace, vhost)
+    patterns = redis_key_patterns(namespace, vhost)
+    everything = glob_escape(keys_of.prefix) + ":*"
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)
     if kind == "observer":
-        # reads everything of the namespace; writes only the traces and figures it keeps
+        # reads everything of the tenant; writes only the traces and figures it keeps
         own = ("~" + patterns["trace"], "~" + patterns["observer_figures"])
-        return RedisAcl(_OBSERVER_COMMANDS, ("%R~" + glob_escape(namespace) + ":*", *own))
+        return RedisAcl(_OBSERVER_COMMANDS, ("%R~" + everything, *own))
     if kind == "admin":
-        return RedisAcl(_LUA_COMMANDS, ("~" + glob_escape(namespace) + ":*",))
+        return RedisAcl(_LUA_COMMANDS, ("~" + everything,))
     rw, ro = REDIS_KEYS[kind]
     keys = tuple("~" + patterns[f] for f in rw) + tuple("%R~" + patterns[f] for f in ro)
     if kind == "worker" and name:
-        sealed = Keys(glob_escape(namespace)).sealed(glob_escape(name), _SENTINEL)
-        keys += ("~" + _key_glob(sealed),)
+        keys += ("~" + _key_glob(keys_of.sealed(name, _SENTINEL)),)
     return RedisAcl(_LUA_COMMANDS, keys)
 
 
@@ -463,7 +468,7 @@ def grant_for(
         topics=topics,
         max_connections=limits[0] if limits[0] is not None else default_conn,
         max_channels=limits[1] if limits[1] is not None else default_chan,
-        redis=redis_acl(role.kind, topology.namespace, role.name),
+        redis=redis_acl(role.kind, topology.namespace, role.name, scope.vhost),
     )
 
 

@@ -104,6 +104,6 @@ async def _cleanup(settings: Settings) -> None:
 
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     async with await connect(settings, name="mesh-demo-cleanup") as conn:
-        keys = [k async for k in conn.redis.scan_iter(match=f"{settings.namespace}:*")]
+        keys = [k async for k in conn.redis.scan_iter(match=conn.keys.pattern())]
         if keys:
             await conn.redis.delete(*keys)

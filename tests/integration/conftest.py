@@ -58,7 +58,8 @@ async def scope(base_settings: Settings, provisioner: Provisioner) -> AsyncItera
         try:
             for role in roles_for([AGENT_A, AGENT_B, "gamma"], [CLIENT], [OBSERVER]):
                 await cleaner.execute_command("ACL", "DELUSER", scope.user(role))
-            keys = [k async for k in cleaner.scan_iter(match=Keys(scope.namespace).pattern())]
+            pattern = Keys(scope.namespace, scope.vhost).pattern()
+            keys = [k async for k in cleaner.scan_iter(match=pattern)]
             if keys:
                 await cleaner.delete(*keys)
         finally:

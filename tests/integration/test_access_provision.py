@@ -41,6 +41,7 @@ from tests.integration.access_kit import (
     Provisioned,
     plan_for,
 )
+from tests.integration.lockdown_kit import drop_operator, operator_name
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +160,7 @@ async def test_the_client_redis_user_can_run_no_command_but_ping(
     mesh_access: Provisioned, redis_login: Callable[[Credentials], redis_asyncio.Redis]
 ) -> None:
     client = redis_login(mesh_access.creds(Role("client", CLIENT)))
-    keys = Keys(mesh_access.scope.namespace)
+    keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     assert await client.ping()  # what `connect` checks
     for command in (client.get(keys.task("x")), client.eval("return 1", 0), client.info()):
         with pytest.raises(NoPermissionError):
@@ -266,7 +267,7 @@ async def test_the_worker_redis_user_runs_scripts_on_task_keys_only(
     mesh_access: Provisioned, redis_login: Callable[[Credentials], redis_asyncio.Redis]
 ) -> None:
     worker = redis_login(mesh_access.creds(Role("worker", AGENT_A)))
-    keys = Keys(mesh_access.scope.namespace)
+    keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     task = keys.task(uuid.uuid4().hex)
     script = (
         "redis.call('HSET', KEYS[1], 'state', ARGV[1]) return redis.call('HGET', KEYS[1], 'state')"
@@ -301,7 +302,7 @@ async def test_the_observer_reads_events_and_redis_and_writes_only_its_own(
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
         await events.publish(aio_pika.Message(b"{}"), routing_key="agent.down")
     client = redis_login(mesh_access.creds(observer))
-    keys = Keys(mesh_access.scope.namespace)
+    keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     task = keys.task(uuid.uuid4().hex)
     assert await client.hgetall(task) == {}
     trace = keys.trace(uuid.uuid4().hex)
@@ -319,7 +320,7 @@ async def test_service_redis_users_touch_their_own_keys_and_nothing_dangerous(
     role: Role,
 ) -> None:
     client = redis_login(mesh_access.creds(role))
-    keys = Keys(mesh_access.scope.namespace)
+    keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     own = {"admin": keys.task("x"), "router": keys.idem("x"), "registry": keys.fence("x")}
     assert await client.eval("return redis.call('INCR', KEYS[1])", 1, own[role.kind]) == 1
     if role.kind != "admin":
@@ -454,35 +455,49 @@ async def test_the_cli_writes_0600_env_files_and_never_logs_a_password(
 ) -> None:
     monkeypatch.setenv("MESH_NAMESPACE", scope.namespace)
     monkeypatch.chdir(tmp_path)  # no stray .env
+    operator = operator_name()
+    # the shared broker's guest and Redis' default user stay on (every test uses them)
     argv = ["-vv", "access", "provision", "--vhost", scope.vhost, "--agent", AGENT_A]
+    argv += ["--operator", operator, "--keep-guest", "--keep-redis-default"]
     caplog.set_level(logging.DEBUG)
-    assert await asyncio.to_thread(main, [*argv, "--create-vhost", "--env-dir", "creds"]) == 0
-    out, err = capsys.readouterr()
-    files = sorted((tmp_path / "creds").iterdir())
-    assert [f.name for f in files] == [
-        "admin.env",
-        "registry.env",
-        "router.env",
-        f"worker.{AGENT_A}.env",
-    ]
-    passwords = []
-    for f in files:
-        assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
-        lines = [line for line in f.read_text().splitlines() if not line.startswith("#")]
-        env = dict(line.split("=", 1) for line in lines if line)
-        assert env["MESH_NAMESPACE"] == scope.namespace
-        for url in (env["MESH_AMQP_URL"], env["MESH_REDIS_URL"]):
-            password = urlsplit(url).password
-            assert password
-            passwords.append(password)
-    logged = out + err + caplog.text
-    assert passwords and not any(pw in logged for pw in passwords)
+    try:
+        assert await asyncio.to_thread(main, [*argv, "--create-vhost", "--env-dir", "creds"]) == 0
+        out, err = capsys.readouterr()
+        files = sorted((tmp_path / "creds").iterdir())
+        assert [f.name for f in files] == [
+            "admin.env",
+            "operator.env",
+            "registry.env",
+            "router.env",
+            f"worker.{AGENT_A}.env",
+        ]
+        passwords = []
+        for f in files:
+            assert stat.S_IMODE(os.stat(f).st_mode) == 0o600
+            lines = [line for line in f.read_text().splitlines() if not line.startswith("#")]
+            env = dict(line.split("=", 1) for line in lines if line)
+            if f.name == "operator.env":
+                urls = [env["MESH_MANAGEMENT_URL"], env["MESH_REDIS_URL"]]
+            else:
+                assert env["MESH_NAMESPACE"] == scope.namespace
+                urls = [env["MESH_AMQP_URL"], env["MESH_REDIS_URL"]]
+            for url in urls:
+                password = urlsplit(url).password
+                assert password
+                passwords.append(password)
+        logged = out + err + caplog.text
+        assert passwords and not any(pw in logged for pw in passwords)
+        assert "left as it is (--keep-guest)" in err and "(--keep-redis-default)" in err
 
-    # a second run keeps every user and says so; nothing secret on stdout
-    assert await asyncio.to_thread(main, argv) == 0
-    out, err = capsys.readouterr()
-    assert "MESH_AMQP_URL" not in out and "not shown again" in err
+        # a second run keeps every user and says so; nothing secret on stdout
+        assert await asyncio.to_thread(main, argv) == 0
+        out, err = capsys.readouterr()
+        assert "MESH_AMQP_URL" not in out and "not shown again" in err
+        assert f"operator {operator!r} kept" in err
 
-    assert await asyncio.to_thread(main, ["access", "revoke", "--vhost", scope.vhost]) == 0
-    out, _ = capsys.readouterr()
-    assert f"revoked user {scope.user(Role('admin'))!r}" in out
+        assert await asyncio.to_thread(main, ["access", "revoke", "--vhost", scope.vhost]) == 0
+        out, _ = capsys.readouterr()
+        assert f"revoked user {scope.user(Role('admin'))!r}" in out
+    finally:
+        settings = Settings.from_env()
+        await drop_operator(Management(settings), operator, settings.redis_url.get_secret_value())

@@ -45,7 +45,7 @@ def _paying_agent(applied: Counter[str]) -> Agent:
 
 async def _forget_everything(conn: MeshConnection) -> int:
     """What a Redis restart without persistence does to the namespace: every key gone."""
-    keys = [k async for k in conn.redis.scan_iter(match=f"{conn.settings.namespace}:*")]
+    keys = [k async for k in conn.redis.scan_iter(match=conn.keys.pattern())]
     if keys:
         await conn.redis.delete(*keys)
     return len(keys)

@@ -375,7 +375,9 @@ class FakeManagement:
         def record(*args: object, **kwargs: object) -> object:
             self.calls.append((name, args + tuple(kwargs.values())))
             if name == "put_user":
-                self.users_[str(args[0])] = {"name": args[0], "tags": list(args[2])}  # type: ignore[misc]
+                hashed = "" if args[1] is None else "hash"
+                tags = list(args[2])  # type: ignore[call-overload]
+                self.users_[str(args[0])] = {"name": args[0], "tags": tags, "password_hash": hashed}
             if name == "topic_permissions":
                 return []
             return {"name": "/"} if name == "vhost" else None
@@ -393,13 +395,21 @@ class FakeRedis:
     def __init__(self) -> None:
         self.commands: list[tuple[str, ...]] = []
         self.acl_users: set[str] = set()
+        self.acl_list: list[bytes] = []
+        self.default_flags = [b"on", b"nopass"]
 
     def execute_command(self, *args: str) -> object:
         self.commands.append(args)
+        if args[:3] == ("ACL", "GETUSER", "default"):
+            return [b"flags", self.default_flags, b"passwords", []]
         if args[:2] == ("ACL", "GETUSER"):
             return {} if args[2] in self.acl_users else None
+        if args[:2] == ("ACL", "LIST"):
+            return self.acl_list
         if args[:2] == ("ACL", "SETUSER"):
             self.acl_users.add(args[2])
+            if args[2] == "default" and "off" in args:
+                self.default_flags = [b"off", b"nopass"]
         return True
 
 
@@ -443,8 +453,50 @@ def test_limits_and_topic_restrictions_come_before_permissions(
     assert fake_redis.commands[-1] == ("ACL", "SETUSER", "default", "off")
 
 
+def test_the_operator_comes_first_then_guest_and_redis_default_go_last() -> None:
+    p, management, fake_redis = _fake_provisioner()
+    management.users_["guest"] = {"name": "guest", "tags": ["administrator"], "password_hash": "x"}
+    plan = build_plan(SCOPE, TOPOLOGY, roles_for(["team.alpha"]))
+    report = p.provision(  # type: ignore[attr-defined]
+        plan, operator="op", guest="guest", redis_default_off=True
+    )
+    assert management.calls[-1] == ("put_user", ("guest", None, ("administrator",)))
+    assert fake_redis.commands[-1] == ("ACL", "SETUSER", "default", "off")
+    made = [c for c in management.calls if c[0] == "put_user" and c[1][0] == "op"]
+    assert made and made[0][1][2] == ("administrator", "mesh-access")
+    (op_acl,) = [c for c in fake_redis.commands if c[:3] == ("ACL", "SETUSER", "op")]
+    assert op_acl[3:5] == ("reset", "on") and "+acl" in op_acl and "+script|kill" in op_acl
+    assert not any(part.startswith("~") or part == "allkeys" for part in op_acl), "no keys"
+    assert report.guest == ("guest", "switched off") and report.redis_default == "switched off"
+    assert report.operator.credentials.redis_url.startswith("redis://op:generated-secret-")
+    mgmt_url = report.operator.credentials.management_url
+    assert mgmt_url.startswith("http://op:generated-secret-") and mgmt_url.endswith(":15672/")
+
+    again = p.provision(plan, operator="op", guest="guest", redis_default_off=True)  # type: ignore[attr-defined]
+    assert again.guest == ("guest", "already off") and again.redis_default == "already off"
+    assert again.operator.broker == "kept" and again.operator.credentials is None
+
+
+def test_a_scope_whose_keys_other_provisioned_users_reach_is_refused() -> None:
+    from mesh.errors import TenantConflict
+
+    p, management, fake_redis = _fake_provisioner()
+    other = AccessScope(NS, prefix="legacy:")
+    user = other.user(Role("router"))
+    management.users_[user] = {"name": user, "tags": ["mesh-access"]}
+    # a router provisioned under another prefix (or before the vhost was in the keys)
+    fake_redis.acl_list = [f"user {user} on #ab ~{NS}:task:* resetchannels -@all".encode()]
+    plan = build_plan(SCOPE, TOPOLOGY, roles_for())
+    with pytest.raises(TenantConflict, match=user):
+        p.provision(plan)  # type: ignore[attr-defined]
+    assert not [c for c in management.calls if c[0].startswith("put_")], "nothing changed"
+    # the same user is no conflict for a tenant in another vhost
+    tenant = build_plan(AccessScope(NS, "t1"), TOPOLOGY, roles_for())
+    assert p.provision(tenant, create_vhost=True).results  # type: ignore[attr-defined]
+
+
 def test_every_node_of_a_cluster_url_gets_the_roles_login() -> None:
-    settings = Settings(amqp_url="amqp://op:x@n1:5672/,amqp://op:x@n2:5673/t1")  # type: ignore[arg-type]
+    settings = Settings(amqp_url="amqp://op:x@n1:5672/,amqp://op:x@n2:5673/t1")
     ends = Endpoints.from_settings(settings)
     assert vhost_of(settings) == "/"
     url = ends.amqp_url("mesh:router", "pw", "tenant/1")
