@@ -22,6 +22,16 @@ Usage::
     .venv/bin/python bench/load.py --agents 20 --steps 50,100 --step-s 5 --big-agents 0
     .venv/bin/python bench/load.py --tiny        # a smoke run (< 1 min)
     .venv/bin/python bench/load.py --metrics on,off ...   # the cost of /metrics, same run
+    .venv/bin/python bench/load.py --agents 100 --steps 100 --step-s 5 --closed-s 10 \
+        --big-agents 0 --idle-s 30       # the CPU budget's point, idle included (< 10 min)
+
+After the tables, one per component (bench/load_components.py) for every closed-loop
+point: CPU ms per task of the client, each router and the routers summed, the workers
+summed, the registry, RabbitMQ and Redis against the CPU budget; AMQP messages published
+per task by each of them (bench/brokerstat.py: the management API's per-channel counters,
+read once the broker caught up, about 7 s after each run); Redis commands and socket reads
+per task (the whole server's). ``--idle-s N``: each mesh process's CPU in cores over N
+seconds, starting 5 s after the load stopped, once per router count.
 
 ``--metrics on,off`` measures one mesh with ``MESH_METRICS_PORT=0`` in every process and
 one without, in that order, and prints the ratio of their closed-loop medians; the routers'
@@ -57,8 +67,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import procstat  # noqa: E402
+from bench import brokerstat, procstat  # noqa: E402
 from bench.load_agents import agent_ids, intent_ids, queries  # noqa: E402
+from bench.load_components import component_rows, component_table, idle_table  # noqa: E402
 from mesh.client import MeshClient  # noqa: E402
 from mesh.config import Settings  # noqa: E402
 from mesh.connection import MeshConnection, connect  # noqa: E402
@@ -251,6 +262,10 @@ class Row:
     send_lag_ms: dict[str, float | None] = field(default_factory=dict)
     #: completed/s of every repetition of this point (`--repeat`); this row is the median one
     repeats_per_s: list[float] = field(default_factory=list)
+    #: closed loop: AMQP messages published per task, by process (brokerstat.published)
+    amqp_per_task: dict[str, float] = field(default_factory=dict)
+    #: closed loop: Redis counters per task, whole server (brokerstat.redis_counters)
+    redis_per_task: dict[str, float] = field(default_factory=dict)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[int]) -> dict[str, float | None]:
@@ -276,6 +291,9 @@ class Scenario:
     agents: int
     routers: int
     pids: Callable[[], dict[str, int]]
+    conn: MeshConnection | None = None
+    #: time.monotonic() when the last load on this mesh stopped (broker counters lag it)
+    quiet_since: float = field(default_factory=time.monotonic)
 
 
 def summarise(
@@ -321,7 +339,8 @@ def summarise(
         success_rate=round(len(good) / len(entries), 4) if entries else 0.0,
         e2e_ms=percentiles(e2e, (50, 95, 99)),
         route_ms=percentiles(routes, (50, 99)),
-        cpu_ms_per_task=cpu_per_task(spent, len(ok)),
+        # closed loop: the CPU of the tasks finishing after the window is counted too
+        cpu_ms_per_task=cpu_per_task(spent, len(ok) if offered is not None else len(good)),
         statuses=statuses,
         result_timings_ms={k: round(statistics.median(v), 3) for k, v in result_timings.items()},
         send_lag_ms=percentiles(lags, (50, 99)) if offered is not None else {},
@@ -359,6 +378,7 @@ async def open_step(load: Load, sc: Scenario, tap: RouteTap, rate: float, step_s
     await wait_resolved(entries)
     await asyncio.gather(*sends, return_exceptions=True)
     spent = procstat.delta(cpu0, procstat.snapshot(sc.pids()))
+    sc.quiet_since = time.monotonic()
     row = summarise(sc, load.mode, entries, tap, rate, (t0, max(end, t0 + step_s)), spent, {})
     forget(load.client, entries)
     return row
@@ -369,6 +389,7 @@ async def closed_run(load: Load, sc: Scenario, tap: RouteTap, in_flight: int, ru
     entries: dict[str, Pending] = {}
     timings: dict[str, list[float]] = {}
     loop = asyncio.get_running_loop()
+    counters0 = await Counters.read(sc, settle=True)
     cpu0 = procstat.snapshot(sc.pids())
     start = time.perf_counter()
     end = start + run_s
@@ -388,9 +409,50 @@ async def closed_run(load: Load, sc: Scenario, tap: RouteTap, in_flight: int, ru
 
     await asyncio.gather(*(lane() for _ in range(in_flight)))
     spent = procstat.delta(cpu0, procstat.snapshot(sc.pids()))
+    counters1 = await Counters.read(sc, settle=False)
+    sc.quiet_since = time.monotonic()
+    counters1.published = (await Counters.read(sc, settle=True)).published
     row = summarise(sc, load.mode, entries, tap, None, (start, end), spent, timings)
+    counters0.per_task(counters1, len(entries), row)
     forget(load.client, entries)
     return row
+
+
+@dataclass(slots=True)
+class Counters:
+    """AMQP publishes by process and Redis counters at one moment (`brokerstat`)."""
+
+    #: None: the management API did not answer (the run has no AMQP figures)
+    published: dict[str, int] | None
+    redis: dict[str, int]
+
+    @classmethod
+    async def read(cls, sc: Scenario, *, settle: bool) -> Counters:
+        """Redis now; the broker's counters now or, `settle`, once they caught up with the
+        last load (`sc.quiet_since`)."""
+        if sc.conn is None:
+            return cls({}, {})
+        settings, ns = sc.conn.settings, sc.conn.settings.namespace
+        if settle:
+            by_pid = await brokerstat.settled_published(settings, ns, sc.quiet_since)
+        else:
+            by_pid = await brokerstat.published_now(settings, ns)
+        redis = await brokerstat.redis_counters(sc.conn.redis)
+        named = None if by_pid is None else brokerstat.by_name(by_pid, sc.pids())
+        return cls(named, redis)
+
+    def per_task(self, after: Counters, tasks: int, row: Row) -> None:
+        """Fill `row`'s counters per task: `after` - self over `tasks` tasks sent."""
+        if tasks <= 0:
+            return
+        if self.published is not None and after.published is not None:
+            amqp = brokerstat.count_delta(self.published, after.published)
+            row.amqp_per_task = {k: round(v / tasks, 3) for k, v in sorted(amqp.items())}
+            row.amqp_per_task["total"] = round(sum(amqp.values()) / tasks, 3)
+        else:
+            log("  the management API did not answer: no AMQP counts for this run")
+        redis = brokerstat.count_delta(self.redis, after.redis)
+        row.redis_per_task = {k: round(v / tasks, 3) for k, v in redis.items() if v > 0}
 
 
 def forget(client: BenchClient, entries: dict[str, Pending]) -> None:
@@ -620,6 +682,8 @@ class Outcome:
     closed: list[Closed] = field(default_factory=list)
     #: `--metrics on`: dispatches the routers' /metrics endpoints served, by config
     scraped_dispatches: dict[str, float] = field(default_factory=dict)
+    #: `--idle-s`: each mesh process's CPU once the load stopped, by config
+    idle: list[Idle] = field(default_factory=list)
 
 
 #: what a `mesh router` prints when its metrics are on (`mesh.cli.run.with_metrics`)
@@ -686,12 +750,15 @@ async def run_config(
                         n_agents,
                         routers,
                         lambda: {**children.pids(), **others},
+                        conn,
                     )
                     for mode in modes:
                         log(f"{sc.config} {mode}:")
                         rows, closed = await measure(Load(client, mode, targets), sc, tap, args)
                         outcome.open_rows += rows
                         outcome.closed.append(closed)
+                    if args.idle_s > 0 and kind != "raw":
+                        outcome.idle.append(await measure_idle(sc, args.idle_s))
                     if metrics == "on":
                         count = await asyncio.to_thread(scrape_dispatches, children)
                         outcome.scraped_dispatches[sc.config] = count
@@ -699,6 +766,32 @@ async def run_config(
     finally:
         children.stop()
         await cleanup(settings)
+
+
+#: how long after the load stops an idle mesh is measured (the idle budget's "within 5 s")
+IDLE_AFTER_S = 5.0
+
+
+@dataclass(slots=True)
+class Idle:
+    """CPU cores each process used over `seconds`, starting IDLE_AFTER_S after the load."""
+
+    config: str
+    seconds: float
+    cores: dict[str, float]
+
+
+async def measure_idle(sc: Scenario, seconds: float) -> Idle:
+    await asyncio.sleep(max(0.0, sc.quiet_since + IDLE_AFTER_S - time.monotonic()))
+    log(f"{sc.config}: idle for {seconds:.0f}s")
+    cpu0 = procstat.snapshot(sc.pids())
+    started = time.monotonic()
+    await asyncio.sleep(seconds)
+    spent = procstat.delta(cpu0, procstat.snapshot(sc.pids()))
+    elapsed = time.monotonic() - started
+    idle = Idle(sc.config, round(elapsed, 2), {k: round(v / elapsed, 4) for k, v in spent.items()})
+    log(f"  idle cores: {idle.cores}")
+    return idle
 
 
 async def bring_up(
@@ -866,6 +959,8 @@ def write_json(outcome: Outcome, args: argparse.Namespace, started: str) -> Path
         "options": {k: v for k, v in vars(args).items() if k != "func"},
         "open_loop": [asdict(r) for r in outcome.open_rows],
         "closed_loop": [asdict(c) for c in outcome.closed],
+        "components": [asdict(c) for c in component_rows(outcome.closed)],
+        "idle": [asdict(i) for i in outcome.idle],
         "metrics": {
             "scraped_dispatches": outcome.scraped_dispatches,
             "cost": {
@@ -907,6 +1002,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--router-code",
         default=None,
         help="run the routers from this checkout (e.g. an older commit) to compare",
+    )
+    p.add_argument(
+        "--idle-s",
+        type=float,
+        default=0.0,
+        help="after each mesh configuration's modes, measure each process's CPU (cores) "
+        f"over this many seconds, starting {IDLE_AFTER_S:.0f} s after the load stopped",
     )
     p.add_argument("--tiny", action="store_true", help="a smoke run of a few seconds a point")
     p.add_argument("--results-dir", default=str(ROOT / "bench" / "results"))
@@ -969,6 +1071,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     add_ratios(outcome)
     print(table(outcome), flush=True)
+    print("\n" + component_table(outcome.closed), flush=True)
+    if outcome.idle:
+        print("\n" + idle_table(outcome.idle, IDLE_AFTER_S), flush=True)
     path = write_json(outcome, args, started)
     log(f"results: {path}")
     with contextlib.suppress(OSError):

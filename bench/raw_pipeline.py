@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
+import socket
 import sys
 import time
 import zlib
@@ -169,7 +171,11 @@ async def run(args: argparse.Namespace) -> int:
     ids = agent_ids(*parse_slice(args.agents))
     conn = await aio_pika.connect_robust(
         settings.amqp_urls[0].get_secret_value(),
-        client_properties={"connection_name": f"raw-{args.role}"},
+        # named as a MeshConnection is, so bench/brokerstat.py tells processes apart
+        client_properties={
+            "connection_name": f"{args.namespace}/raw-{args.role}/{socket.gethostname()}:"
+            f"{os.getpid()}"
+        },
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,4 +1,5 @@
-"""`bench/load.py --tiny` runs end to end: the raw pipeline, then the mesh, and its JSON;
+"""`bench/load.py --tiny` runs end to end: the raw pipeline, then the mesh, and its JSON
+(the per-component table of CPU, AMQP publishes and Redis commands per task; idle CPU);
 with ``--metrics on,off`` one mesh with /metrics and one without in one run (the routers'
 endpoints were really on: they counted the dispatches), and the cost is printed."""
 
@@ -36,8 +37,9 @@ def run_load(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
-    done = run_load(tmp_path)
+    done = run_load(tmp_path, "--idle-s", "1")
     assert "closed loop" in done.stdout
+    assert "per component, closed loop" in done.stdout
     doc = json.loads((tmp_path / "load-latest.json").read_text())
     kinds = {row["kind"] for row in doc["open_loop"]}
     assert kinds == {"raw", "mesh"}
@@ -46,6 +48,18 @@ def test_tiny_load_run_writes_raw_and_mesh_rows(tmp_path: Path) -> None:
     mesh_closed = [c for c in doc["closed_loop"] if c["kind"] == "mesh"]
     assert mesh_closed and all(c["ratio_to_raw"] for c in mesh_closed)
     assert len(list(tmp_path.glob("load-*.json"))) == 2
+    # the per-component table: every task published by the client once, the routers and
+    # workers published too, Redis counted for the mesh only; each mesh process measured idle
+    components = {(c["config"], c["component"]): c for c in doc["components"]}
+    for config in ("raw n4 r1", "mesh n4 r1"):
+        assert components[(config, "client")]["amqp_per_task"] >= 1.0
+        assert components[(config, "routers")]["amqp_per_task"] >= 1.0
+        assert components[(config, "workers")]["amqp_per_task"] >= 1.0
+        assert components[(config, "rabbitmq")]["cpu_ms_per_task"]["median"] > 0
+    assert components[("mesh n4 r1", "redis")]["redis"]["commands"] > 0
+    (idle,) = doc["idle"]
+    assert idle["config"] == "mesh n4 r1"
+    assert {"registry", "router0", "worker0"} <= set(idle["cores"])
 
 
 def test_tiny_load_run_with_metrics_on_and_off(tmp_path: Path) -> None:
