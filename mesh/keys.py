@@ -16,6 +16,7 @@ injective, no ``:``, no ``/`` and no glob character), so the text before a key's
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import urllib.parse
 from dataclasses import dataclass, field
@@ -51,11 +52,27 @@ class Keys:
 
     namespace: str
     vhost: str = DEFAULT_VHOST
-    #: `tenant_prefix` of the two: the first part of every key
+    #: the agent whose view this is (`for_agent`): '' for the mesh's own keys
+    view: str = ""
+    #: `tenant_prefix` of the two (and the agent's view): the first part of every key
     prefix: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "prefix", tenant_prefix(self.namespace, self.vhost))
+        prefix = tenant_prefix(self.namespace, self.vhost)
+        if self.view:
+            # ``/`` is in no id and closes the agent: agents ``x`` and ``x:y`` never share
+            prefix = f"{prefix}:agent/{self.view}/"
+        object.__setattr__(self, "prefix", prefix)
+
+    def for_agent(self, agent_id: str) -> Keys:
+        """The keys of `agent_id`'s view: the task records its workers claim and commit in
+        under access control (``<prefix>:agent/<agent_id>/:task:<id>``, ...), which one
+        Redis ACL pattern gives that agent's workers and nobody else's."""
+        return dataclasses.replace(self, view=agent_id)
+
+    def agent_view_pattern(self, agent_id: str = "*") -> str:
+        """Glob of every key of `agent_id`'s view (``*``: of every agent's)."""
+        return f"{tenant_prefix(self.namespace, self.vhost)}:agent/{agent_id}/:*"
 
     def pattern(self) -> str:
         """Glob matching every key of this tenant and no other's (cleanup, inspection, ACLs)."""

@@ -401,19 +401,11 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("instance", "agent", "agent_instances", "agents", "leases", "sealed"),
     ),
+    # a worker's task records (claim, commit, side-effect markers, trace visits) are in
+    # its agent's view (`Keys.for_agent`, added by `redis_acl`), none of the mesh's own
     "worker": (
-        (
-            "idem",
-            "task",
-            "task_history",
-            "processing",
-            "effect_done",
-            "side_effect",
-            "trace_visits",
-            "context",
-            "context_version",
-        ),
-        ("instance", "task_waiters"),
+        ("side_effect", "context", "context_version"),
+        ("instance",),
     ),
 }
 
@@ -435,8 +427,14 @@ def redis_acl(kind: RoleKind, namespace: str, name: str = "", vhost: str = "/") 
         return RedisAcl(_LUA_COMMANDS, ("~" + everything,))
     rw, ro = REDIS_KEYS[kind]
     keys = tuple("~" + patterns[f] for f in rw) + tuple("%R~" + patterns[f] for f in ro)
+    if kind == "router":
+        # every agent's view: a router seeds a task there and finishes the mesh's record
+        keys += ("~" + glob_escape(keys_of.prefix) + ":agent/*",)
     if kind == "worker" and name:
-        keys += ("~" + _key_glob(keys_of.sealed(name, _SENTINEL)),)
+        keys += (
+            "~" + _key_glob(keys_of.sealed(name, _SENTINEL)),
+            "~" + glob_escape(keys_of.for_agent(name).prefix) + ":*",
+        )
     return RedisAcl(_LUA_COMMANDS, keys)
 
 

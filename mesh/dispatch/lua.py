@@ -21,7 +21,7 @@ PRELUDE = (
     + f"""
 local ALLOWED = {lua_table()}
 local TERMINAL = {_TERMINAL}
-local function advance(task, hist, states, by, note, agent, ttl)
+local function advance(task, hist, states, by, note, agent, ttl, quiet)
   local cur = redis.call('HGET', task, 'state') or ''
   local state = cur
   local applied = {{}}
@@ -33,8 +33,10 @@ local function advance(task, hist, states, by, note, agent, ttl)
     end
   end
   local now = redis_now_ms()
-  for _, to in ipairs(applied) do
-    redis.call('RPUSH', hist, cjson.encode({{state=to, ts_ms=now, by=by, note=note}}))
+  if quiet ~= '1' then
+    for _, to in ipairs(applied) do
+      redis.call('RPUSH', hist, cjson.encode({{state=to, ts_ms=now, by=by, note=note}}))
+    end
   end
   if #applied > 0 then
     redis.call('HSET', task, 'state', state, 'updated_ms', now)
@@ -72,13 +74,17 @@ return out
 """
 )
 
-#: KEYS task, hist, waiters, idem, trace owner. ARGV ttl_ms, by, reply_to, redelivered,
-#: trace_id, agent,
+#: KEYS task, hist, waiters, idem, trace owner, parent task, parent's dispatch set. ARGV
+#: ttl_ms, by, reply_to, redelivered, trace_id, agent,
 #: recovered ('1': the broker held a task whose record vanished; `APPLY_ONCE` refuses its
-#: side effects), owner (the sender's user under access control, else ''), states... (a
-#: new task follows all of them in one step: submitted, routing and, when the router
-#: chose already, dispatched to `agent`)
-#: A task_id and a trace_id belong to their first owner: another user's is {'foreign'}.
+#: side effects), sender (the broker user who sent it, under access control, else ''),
+#: sender's agent (a worker's: '' for anyone else), states... (a new task follows all of
+#: them in one step: submitted, routing and, when the router chose already, dispatched to
+#: `agent`)
+#: Under access control a task_id is its first sender's: anyone else's submission of it,
+#: while its record lives, is {'foreign'} (never joined nor answered). A worker's task must
+#: be a handoff of a task dispatched to its own agent, on that task's trace, and belongs to
+#: that task's owner; a trace_id belongs to the client that used it first.
 #: -> {'new'} | {'done', result} | {'answered'} | {'pending', state} | {'resume', state}
 #:    | {'refused', state} | {'foreign'}
 SUBMIT = (
@@ -86,11 +92,21 @@ SUBMIT = (
     + """
 local ttl = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
-if ARGV[8] ~= '' then
-  local owner = state and redis.call('HGET', KEYS[1], 'owner')
-  if owner and owner ~= ARGV[8] then return {'foreign'} end
+local sender = ARGV[8]
+local owner = sender
+if sender ~= '' then
+  if state then
+    local first = redis.call('HGET', KEYS[1], 'sender') or redis.call('HGET', KEYS[1], 'owner')
+    if first ~= sender then return {'foreign'} end
+  end
+  if ARGV[9] ~= '' then
+    if redis.call('SISMEMBER', KEYS[7], ARGV[9]) == 0 then return {'foreign'} end
+    local parent = redis.call('HMGET', KEYS[6], 'trace_id', 'owner')
+    if parent[1] ~= ARGV[5] then return {'foreign'} end
+    owner = parent[2] or ''
+  end
   local trace_owner = redis.call('GET', KEYS[5])
-  if trace_owner and trace_owner ~= ARGV[8] then return {'foreign'} end
+  if trace_owner and trace_owner ~= owner then return {'foreign'} end
 end
 if state then
   local result = redis.call('HGET', KEYS[4], 'result')
@@ -113,12 +129,12 @@ if state then
   return {'pending', state}
 end
 local note = ARGV[7] == '1' and 'recovered' or 'ingress'
-local ok, r = advance(KEYS[1], KEYS[2], tail(9), ARGV[2], note, ARGV[6], ttl)
+local ok, r = advance(KEYS[1], KEYS[2], tail(10), ARGV[2], note, ARGV[6], ttl)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
-if ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[1], 'owner', ARGV[8])
-  redis.call('SET', KEYS[5], ARGV[8], 'NX', 'PX', ttl)
+if sender ~= '' then
+  redis.call('HSET', KEYS[1], 'owner', owner, 'sender', sender)
+  if owner ~= '' then redis.call('SET', KEYS[5], owner, 'NX', 'PX', ttl) end
 end
 if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'recovered', '1') end
 if ARGV[3] ~= '' then
@@ -180,8 +196,12 @@ return {'claimed', takeover, visits, recovered}
 """
 )
 
-#: KEYS idem, task, hist, waiters, processing[, sealed]. ARGV ttl_ms, instance_prefix, me ('' = the
-#: mesh itself: router, reaper), token, fenced, result_json, by, note, agent, states...
+#: KEYS idem, task, hist, waiters, processing[, sealed[, view idem]]. ARGV ttl_ms,
+#: instance_prefix, me ('' = the mesh itself: router, reaper), token, fenced, result_json,
+#: by, note, agent, quiet ('1': the states move without history lines: a router finishing
+#: the mesh's record of a task whose steps the agent's view recorded), states...
+#: A view idem (KEYS[7]) takes the result too when the mesh ends the task itself: a late
+#: commit in the agent's view then finds the task done.
 #: -> {'ok', waiter...} | {'done', result} | {'stale'} | {'refused', state}
 FINISH = (
     PRELUDE
@@ -194,15 +214,19 @@ if me ~= '' then
   if h[1] ~= me or h[2] ~= token then return {'stale'} end
   if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
 end
-local ok, r = advance(KEYS[2], KEYS[3], tail(10), ARGV[7], ARGV[8], ARGV[9], ttl)
+local ok, r = advance(KEYS[2], KEYS[3], tail(11), ARGV[7], ARGV[8], ARGV[9], ttl, ARGV[10])
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'result', ARGV[6], 'finished_ms', redis_now_ms())
+if KEYS[7] then
+  redis.call('HSETNX', KEYS[7], 'result', ARGV[6])
+  redis.call('PEXPIRE', KEYS[7], ttl)
+end
 redis.call('HDEL', KEYS[1], 'holder')
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZREM', KEYS[5], KEYS[2])
 -- KEYS[6], under access control: the committing agent's own copy, which no other
 -- agent's Redis user may write (`Keys.sealed`); a router forwards only that
-if KEYS[6] then redis.call('SET', KEYS[6], ARGV[6], 'PX', ttl) end
+if KEYS[6] and KEYS[6] ~= KEYS[1] then redis.call('SET', KEYS[6], ARGV[6], 'PX', ttl) end
 local out = {'ok'}
 -- KEYS[4] is KEYS[1] again when the caller does not answer the callers itself (a worker
 -- under access control: a router does, and the worker may not even read the waiters)
@@ -210,6 +234,31 @@ if KEYS[4] ~= KEYS[1] then
   for _, w in ipairs(redis.call('SMEMBERS', KEYS[4])) do out[#out + 1] = w end
 end
 return out
+"""
+)
+
+#: KEYS dispatched_to, view task, task, processing. ARGV ttl_ms, agent_id, trace_id,
+#: lifetime_end_ms. Under access control a router writes, before a dispatch to `agent_id`:
+#: the agent in the task's dispatch set (whose sealed Result may be forwarded), the task's
+#: record in that agent's view (the keys its worker claims and commits in: created once,
+#: ``dispatched``, ``recovered`` when the mesh's record is), and the task in the mesh's
+#: ``processing`` set by the end of its maximum lifetime (the reaper's input). -> 1
+SEED = (
+    PRELUDE
+    + """
+local ttl = ARGV[1]
+redis.call('SADD', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[2], 'state', 'dispatched', 'trace_id', ARGV[3],
+    'created_ms', redis_now_ms())
+  if redis.call('HGET', KEYS[3], 'recovered') == '1' then
+    redis.call('HSET', KEYS[2], 'recovered', '1')
+  end
+end
+redis.call('PEXPIRE', KEYS[2], ttl)
+redis.call('ZADD', KEYS[4], 'NX', ARGV[4], KEYS[3])
+return 1
 """
 )
 
@@ -247,4 +296,4 @@ return 1
 """
 )
 
-__all__ = ["ADVANCE", "APPLY_ONCE", "CLAIM", "FINISH", "RELEASE", "SUBMIT"]
+__all__ = ["ADVANCE", "APPLY_ONCE", "CLAIM", "FINISH", "RELEASE", "SEED", "SUBMIT"]

@@ -5,6 +5,16 @@ Layout (keys from `mesh.keys.Keys`): ``task(id)`` hash (state, trace_id, agent_i
 reply_to recorded for the task_id, ``idem(id)`` hash (claim holder, token, the stored
 result), ``processing()`` zset of claimed tasks by the end of their maximum lifetime.
 Everything expires after ``settings.idempotency_ttl_s``.
+
+Under access control the records are the mesh's: a worker's Redis user may not read or
+write them. Each agent has a view instead (`Keys.for_agent`: the same families under
+``<prefix>:agent/<id>/``), which one ACL pattern gives that agent's workers and nobody
+else's; a router seeds a task's record in the view of the agent it dispatches to (`seed`),
+the worker claims, commits and applies side effects there (a `TaskStore` on the view, with
+the mesh's instance keys for the fencing check), and a router finishes the mesh's record
+from the view when the worker's notice comes (`mesh.router.results`). A store on the
+mesh's keys under access control (``views``) reads the views too: `history` and
+`holder_of` show what the agents recorded.
 """
 
 from __future__ import annotations
@@ -85,10 +95,19 @@ def _result(raw: Any) -> Result | None:
 class TaskStore:
     """The dispatch records of one namespace. Cheap to build; holds no connection itself."""
 
-    def __init__(self, redis: Any, keys: Keys, settings: Settings) -> None:
+    def __init__(
+        self, redis: Any, keys: Keys, settings: Settings, *, instances: Keys | None = None
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_ms = settings.idempotency_ttl_s * 1000
+        #: the mesh's own keys (a view's store reads the instance hashes for the fencing
+        #: check there, and seals a Result there: `Keys.sealed`)
+        self.mesh = instances or keys
+        self.instance_prefix = self.mesh.instance_prefix()
+        #: the mesh's records under access control: each agent's steps are in its view
+        self.views = settings.access_control and not keys.view
+        self._seed = redis.register_script(lua.SEED)
         self._advance = redis.register_script(lua.ADVANCE)
         self._submit = redis.register_script(lua.SUBMIT)
         self._claim = redis.register_script(lua.CLAIM)
@@ -108,7 +127,8 @@ class TaskStore:
         by: str,
         agent_id: str = "",
         recovered: bool = False,
-        owner: str = "",
+        sender: str = "",
+        sender_agent: str = "",
     ) -> Submission:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
 
@@ -120,9 +140,13 @@ class TaskStore:
         message of a finished task whose caller got the Result already.
 
         `recovered` records a task the broker still held after its record vanished (Redis
-        lost its data): its side effects are refused from then on (`apply_once`). With an
-        `owner` (a client's user, under access control) the task_id and the trace_id are
-        that user's: anyone else's use of them is ``foreign``, never joined nor answered.
+        lost its data): its side effects are refused from then on (`apply_once`).
+
+        Under access control `sender` is the broker user who sent the task: the task_id is
+        that user's while its record lives (anyone else's submission is ``foreign``, never
+        joined nor answered). A client's task and trace_id are its own; a worker's
+        (`sender_agent`: its agent) must be a handoff of a task dispatched to that agent,
+        on that task's trace, and belong to that task's owner.
         """
         k = self.keys
         reply = await self._submit(
@@ -131,6 +155,8 @@ class TaskStore:
                 k.task_waiters(envelope.task_id),
                 k.idem(envelope.task_id),
                 k.trace_owner(envelope.trace_id),
+                k.task(envelope.parent_task_id or ""),
+                k.dispatched_to(envelope.parent_task_id or ""),
             ],
             args=[
                 self.ttl_ms,
@@ -140,7 +166,8 @@ class TaskStore:
                 envelope.trace_id,
                 agent_id,
                 "1" if recovered else "0",
-                owner,
+                sender,
+                sender_agent,
                 *states,
             ],
         )
@@ -200,7 +227,7 @@ class TaskStore:
             ],
             args=[
                 self.ttl_ms,
-                k.instance_prefix(),
+                self.instance_prefix,
                 holder.instance_id,
                 holder.token,
                 "1" if holder.fenced else "0",
@@ -235,6 +262,7 @@ class TaskStore:
         agent_id: str = "",
         with_waiters: bool = True,
         seal: bool = False,
+        quiet: bool = False,
     ) -> Commit:
         """Store the terminal Result and move to its state; fenced when `holder` is given.
 
@@ -243,22 +271,33 @@ class TaskStore:
         With `seal` (a worker under access control) the Result is also kept under
         `Keys.sealed` of `agent_id`, the copy a router forwards.
 
+        With `quiet` the states move without history lines (a router finishing the mesh's
+        record from an agent's view, which has them). The mesh ending a task itself (no
+        `holder`) on a store with `views` writes the Result into the view of the task's
+        agent too, so that agent's late commit finds the task done.
+
         Returns every reply_to recorded for the task (``ok``), or the Result stored before
         (``done``), or ``stale`` when `holder` no longer holds the claim or its lease.
         """
         k = self.keys
         task_id = result.task_id
+        view: list[str] = []
+        if holder is None and self.views:
+            agent = _s(await self.redis.hget(k.task(task_id), "agent_id") or b"")
+            if agent:
+                view = [k.idem(task_id), k.for_agent(agent).idem(task_id)]
         reply = await self._finish(
             keys=[
                 k.idem(task_id),
                 *self._task_keys(task_id),
                 k.task_waiters(task_id) if with_waiters else k.idem(task_id),
                 k.processing(),
-                *([k.sealed(agent_id, task_id)] if seal else []),
+                *([self.mesh.sealed(agent_id, task_id)] if seal else view[:1]),
+                *view[1:],
             ],
             args=[
                 self.ttl_ms,
-                k.instance_prefix(),
+                self.instance_prefix,
                 holder.instance_id if holder else "",
                 holder.token if holder else 0,
                 "1" if holder is not None and holder.fenced else "0",
@@ -266,6 +305,7 @@ class TaskStore:
                 by,
                 note[:500],
                 agent_id,
+                "1" if quiet else "0",
                 *states,
             ],
         )
@@ -301,12 +341,12 @@ class TaskStore:
                 keys=[
                     k.idem(task_id),
                     k.effect_done(task_id, name),
-                    k.side_effect(name),
+                    self.mesh.side_effect(name),
                     k.task(task_id),
                 ],
                 args=[
                     self.ttl_ms,
-                    k.instance_prefix(),
+                    self.instance_prefix,
                     holder.instance_id,
                     holder.token,
                     "1" if holder.fenced else "0",
@@ -322,14 +362,22 @@ class TaskStore:
         """Every waiter (reply queue, maybe with a correlation_id) recorded for the task."""
         return sorted(_s(w) for w in await self.redis.smembers(self.keys.task_waiters(task_id)))
 
-    async def record_dispatch(self, task_id: str, agent_id: str) -> None:
-        """Note that a router dispatches the task to `agent_id` (access control: whose
-        sealed Result may be forwarded; only routers write it)."""
-        key = self.keys.dispatched_to(task_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(key, agent_id)
-            pipe.pexpire(key, self.ttl_ms)
-            await pipe.execute()
+    async def seed(self, envelope: TaskEnvelope, agent_id: str, lifetime_end_ms: int) -> None:
+        """Before a dispatch to `agent_id` under access control (one step): the agent joins
+        the task's dispatch set (whose sealed Result may be forwarded; only routers write
+        it), the task's record is created in the agent's view (where its worker claims),
+        and the task enters the mesh's ``processing`` set by `lifetime_end_ms` (reaper)."""
+        k = self.keys
+        task_id = envelope.task_id
+        await self._seed(
+            keys=[
+                k.dispatched_to(task_id),
+                k.for_agent(agent_id).task(task_id),
+                k.task(task_id),
+                k.processing(),
+            ],
+            args=[self.ttl_ms, agent_id, envelope.trace_id, lifetime_end_ms],
+        )
 
     async def dispatched_agents(self, task_id: str) -> set[str]:
         """Every agent a router dispatched the task to (`record_dispatch`)."""
@@ -350,9 +398,18 @@ class TaskStore:
         return {_s(a): _s(b) for a, b in raw.items()}
 
     async def history(self, task_id: str) -> list[dict[str, Any]]:
-        """Every transition of the task, oldest first."""
-        rows = await self.redis.lrange(self.keys.task_history(task_id), 0, -1)
-        return [loads(row) for row in rows]
+        """Every transition of the task, oldest first (with `views`: the agents' too)."""
+        rows = [
+            loads(row) for row in await self.redis.lrange(self.keys.task_history(task_id), 0, -1)
+        ]
+        if self.views:
+            for agent_id in sorted(await self.dispatched_agents(task_id)):
+                view = self.keys.for_agent(agent_id)
+                rows += [
+                    loads(r) for r in await self.redis.lrange(view.task_history(task_id), 0, -1)
+                ]
+            rows.sort(key=lambda row: int(row.get("ts_ms", 0)))  # stable: the mesh's first
+        return rows
 
     async def overdue(self, now_ms: int, limit: int = 100) -> list[str]:
         """task_ids claimed longer ago than the maximum task lifetime."""
@@ -363,8 +420,17 @@ class TaskStore:
         return [_s(m)[len(prefix) :] for m in members]
 
     async def holder_of(self, task_id: str) -> dict[str, str]:
+        """The claim of a task (holder, token, claims, replied; with `views`, the claim in
+        the view of the task's agent, and the mesh's own fields)."""
         raw = await self.redis.hgetall(self.keys.idem(task_id))
-        return {_s(a): _s(b) for a, b in raw.items() if a != b"result"}
+        found = {_s(a): _s(b) for a, b in raw.items() if a != b"result"}
+        if self.views:
+            agent = _s(await self.redis.hget(self.keys.task(task_id), "agent_id") or b"")
+            if agent:
+                view = await self.redis.hgetall(self.keys.for_agent(agent).idem(task_id))
+                claim = {_s(a): _s(b) for a, b in view.items() if a != b"result"}
+                found = {**claim, **found}
+        return found
 
 
 class ReplyMarks:

@@ -63,7 +63,7 @@ class Dispatcher:
             expiration = left if patient else min(deps.settings.accept_timeout_ms, left)
             key = deps.topology.agent_routing_key(choice.agent_id, envelope.priority)
             sent = envelope.model_copy(update={"route": choice.route})
-            await deps.replies.dispatching(envelope.task_id, choice.agent_id)
+            await deps.replies.dispatching(envelope, choice.agent_id)
             try:
                 await deps.publisher.publish_envelope(
                     deps.topology.capabilities,

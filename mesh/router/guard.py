@@ -33,7 +33,9 @@ class Guard(Protocol):
         self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
     ) -> TaskEnvelope | Refusal: ...
 
-    def owner(self, user_id: str | None) -> str: ...
+    def sender(self, user_id: str | None) -> tuple[str, str]:
+        """Who sent a task, as `TaskStore.submit` takes it: (sender, sender's agent)."""
+        ...
 
     def may_answer(self, reply_to: str, user_id: str | None) -> bool:
         """May a body from `user_id` that is no task be answered at `reply_to`?"""
@@ -48,8 +50,8 @@ class OpenGuard:
     ) -> TaskEnvelope | Refusal:
         return envelope
 
-    def owner(self, user_id: str | None) -> str:
-        return ""
+    def sender(self, user_id: str | None) -> tuple[str, str]:
+        return "", ""
 
     def may_answer(self, reply_to: str, user_id: str | None) -> bool:
         return True
@@ -108,11 +110,12 @@ class IngressGuard:
             return False
         return reply_to.startswith(self.topology.reply_queue(f"{user_id}."))
 
-    def owner(self, user_id: str | None) -> str:
-        """Who a new task's task_id and trace_id belong to: a client's user (workers hand
-        off on the traces of the tasks they run, so theirs stay open); '' when off."""
+    def sender(self, user_id: str | None) -> tuple[str, str]:
+        """The broker user who sent a task (its task_id is that user's), and for a worker
+        its agent (a worker's task must be a handoff of a task dispatched to that agent)."""
         role = self.scope.role_of(user_id or "")
-        return (user_id or "") if role is not None and role.kind == "client" else ""
+        agent = role.name if role is not None and role.kind == "worker" else ""
+        return user_id or "", agent
 
 
 def guard_for(settings: Any, topology: Topology) -> Guard:

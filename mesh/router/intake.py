@@ -92,13 +92,15 @@ class Intake:
         agent = choice.agent_id if choice is not None else ""
         dispatch = ("dispatched",) if choice is not None else ()
         states = ("submitted", "routing", *dispatch)
+        sender, sender_agent = deps.guard.sender(delivery.user_id)
         sub = await deps.store.submit(
             envelope,
             redelivered=delivery.redelivered,
             states=states,
             by=deps.router_id,
             agent_id=agent,
-            owner=deps.guard.owner(delivery.user_id),
+            sender=sender,
+            sender_agent=sender_agent,
         )
         if sub.status == "foreign":
             text = f"task_id {envelope.task_id} or trace_id {envelope.trace_id} is another user's"

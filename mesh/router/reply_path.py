@@ -1,10 +1,11 @@
 """Whose Result a router may answer with: chosen once per process, by access control.
 
 Without access control a worker answers its callers itself and the router's stored copy
-is the Result (`DirectPath`). Under access control (`SealedPath`) a router records which
-agents it dispatched each task to before the dispatch, and answers a resubmitted task with
-the Result that agent's worker sealed under its own keys: the stored copy is writable by
-any worker's Redis user (see `mesh.router.results`).
+is the Result (`DirectPath`). Under access control (`SealedPath`) a router seeds each task
+in the view of the agent it dispatches to before the dispatch (`TaskStore.seed`: the
+agent's workers claim and commit there, and may touch nothing of the mesh's records), and
+answers a resubmitted task with the Result that agent's worker sealed under its own keys
+(see `mesh.router.results`).
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from typing import Protocol
 
 from mesh.config import Settings
 from mesh.dispatch.store import TaskStore
-from schemas import Result
+from schemas import Result, TaskEnvelope, now_ms
 
 
 class ReplyPath(Protocol):
-    async def dispatching(self, task_id: str, agent_id: str) -> None:
-        """Before a dispatch of `task_id` to `agent_id` is published."""
+    async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
+        """Before a dispatch of `envelope` to `agent_id` is published."""
 
     async def answer_of(self, stored: Result) -> Result:
         """The Result to answer a resubmission of a finished task with."""
 
 
 class DirectPath:
-    async def dispatching(self, task_id: str, agent_id: str) -> None:
+    async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
         return None
 
     async def answer_of(self, stored: Result) -> Result:
@@ -33,11 +34,13 @@ class DirectPath:
 
 
 class SealedPath:
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, lifetime_s: float) -> None:
         self.store = store
+        self.lifetime_ms = int(lifetime_s * 1000)
 
-    async def dispatching(self, task_id: str, agent_id: str) -> None:
-        await self.store.record_dispatch(task_id, agent_id)
+    async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
+        created = envelope.created_ms or now_ms()
+        await self.store.seed(envelope, agent_id, created + self.lifetime_ms)
 
     async def answer_of(self, stored: Result) -> Result:
         """The Result an agent's worker sealed for the task, else `stored` (a task the mesh
@@ -51,7 +54,9 @@ class SealedPath:
 
 
 def reply_path_for(settings: Settings, store: TaskStore) -> ReplyPath:
-    return SealedPath(store) if settings.access_control else DirectPath()
+    if settings.access_control:
+        return SealedPath(store, settings.max_task_lifetime_s)
+    return DirectPath()
 
 
 __all__ = ["DirectPath", "ReplyPath", "SealedPath", "reply_path_for"]

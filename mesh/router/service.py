@@ -74,7 +74,9 @@ class RouterService(Lifecycle):
         self.reaper = Reaper(self.store, self.publisher, conn.settings.lease_ttl_s)
         access = conn.settings.access_control
         #: under access control workers send result notices here; this router answers
-        self.results = ResultForwarder(conn, self.publisher, self.store) if access else None
+        self.results = (
+            ResultForwarder(conn, self.publisher, self.store, self.router_id) if access else None
+        )
         #: under access control callers send feedback here; this router applies it
         self.feedback = FeedbackConsumer(conn, self.publisher, self.store) if access else None
         self.deps: RouterDeps | None = None

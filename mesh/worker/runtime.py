@@ -99,7 +99,10 @@ class WorkerRuntime(Lifecycle):
         self.membership: Membership = membership or StaticMembership(agent.agent_id)
         self.grace_s = grace_s
         self.publisher = Publisher(conn)
-        self.store = TaskStore(conn.redis, conn.keys, conn.settings)
+        # under access control the task records this worker may touch are its agent's view
+        # (`TaskStore`): a router seeds each there, and finishes the mesh's own from it
+        records = conn.keys.for_agent(agent.agent_id) if conn.settings.access_control else conn.keys
+        self.store = TaskStore(conn.redis, records, conn.settings, instances=conn.keys)
         self.replied = ReplyMarks(self.store)
         self.contexts = ContextStore(conn.redis, conn.keys, conn.settings.context_ttl_s)
         self.task_deps = TaskDeps(

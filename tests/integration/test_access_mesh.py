@@ -16,7 +16,7 @@ from redis.exceptions import NoPermissionError
 from mesh import Agent, MeshClient, TaskContext
 from mesh.access.roles import Role
 from mesh.connection import MeshConnection
-from mesh.errors import RequestTimeout
+from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher, result_message
 from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
@@ -116,12 +116,14 @@ async def test_the_mesh_runs_under_its_own_users_and_believes_no_forgery(
     assert applied == [first.task_id, second.task_id]
 
 
-async def test_another_agents_worker_cannot_have_a_result_forwarded_through_redis(
+async def test_another_agents_worker_cannot_answer_end_or_read_its_tasks_through_redis(
     mesh_access: Provisioned, as_user: Any, add_cleanup: Any
 ) -> None:
-    """Task keys are per task, so agent B's worker may write A's task record and stored
-    Result in Redis. A router forwards neither: only a Result A's worker sealed under A's
-    own keys, for a task a router dispatched to A, reaches the caller."""
+    """The task records are the mesh's: agent B's worker may not read or write them, nor
+    agent A's view of them (where A's workers claim and commit), nor A's sealed copy, nor
+    whom a router dispatched a task to. So B can neither answer a task of A's (through a
+    notice or through Redis), nor end or hold it up, nor read its Result; A's callers get
+    A's Results, every one."""
     add_cleanup(await start_registry(await as_user(Role("registry"))))
     router = RouterService(await as_user(Role("router")))
     await router.start()
@@ -150,18 +152,31 @@ async def test_another_agents_worker_cannot_have_a_result_forwarded_through_redi
         message.user_id = mesh_access.user(Role("worker", AGENT_B))
         await results.publish(message, routing_key=intruder.topology.results_key)
 
+    def every_record_of(task_id: str) -> list[str]:
+        view = keys.for_agent(AGENT_A)
+        return [
+            keys.task(task_id),
+            keys.task_history(task_id),
+            keys.task_waiters(task_id),
+            keys.idem(task_id),
+            view.task(task_id),
+            view.idem(task_id),
+            view.task_history(task_id),
+            keys.sealed(AGENT_A, task_id),
+            keys.dispatched_to(task_id),
+        ]
+
     async with MeshClient(await as_user(Role("client", CLIENT))) as alice:
         first = await alice.request("pay", {"n": 1}, target=AGENT_A, wait_s=20)
         assert first.output == {"paid": 1}
         forged = Result(task_id=first.task_id, status="completed", output={"paid": 10**6})
-        # what B's Redis user may do: rewrite the record and the stored Result...
-        await intruder.redis.hset(keys.task(first.task_id), "agent_id", AGENT_B)
-        await intruder.redis.hset(keys.idem(first.task_id), "result", encode(forged))
-        # ...but not A's sealed copy, nor whom a router dispatched the task to
-        with pytest.raises(NoPermissionError):
-            await intruder.redis.set(keys.sealed(AGENT_A, first.task_id), encode(forged))
-        with pytest.raises(NoPermissionError):
-            await intruder.redis.sadd(keys.dispatched_to(first.task_id), AGENT_B)
+        for key in every_record_of(first.task_id):
+            with pytest.raises(NoPermissionError):  # read
+                await intruder.redis.type(key)
+            with pytest.raises(NoPermissionError):  # write
+                await intruder.redis.hset(key, "result", encode(forged))
+            with pytest.raises(NoPermissionError):  # end
+                await intruder.redis.delete(key)
         refused = forwarder.refused
         await notice_as_b(forged)  # "the task is mine now": it never went to B
         await wait_until(lambda: forwarder.refused == refused + 1, timeout=5)
@@ -171,21 +186,82 @@ async def test_another_agents_worker_cannot_have_a_result_forwarded_through_redi
         )
         assert again.output == {"paid": 1}
 
-        # B stores a Result for a task of A's still running: A's commit finds the task
-        # answered and seals nothing, so nothing is forwarded (no Result, never a forged
-        # one: a worker's Redis credential can hold another task up, not answer it)
+        # a task of A's still running: B can touch none of its records, A's Result comes
         envelope = TaskEnvelope(capability="pay", target=AGENT_A, payload={"n": 2, "wait": 1})
-        waiting = asyncio.ensure_future(alice.send(envelope, wait_s=6))
+        waiting = asyncio.ensure_future(alice.send(envelope, wait_s=10))
         await wait_until(lambda: envelope.task_id in started, timeout=10)
         late = Result(task_id=envelope.task_id, status="completed", output={"paid": 10**6})
-        await intruder.redis.hset(keys.idem(envelope.task_id), "result", encode(late))
+        for key in every_record_of(envelope.task_id):
+            with pytest.raises(NoPermissionError):
+                await intruder.redis.hset(key, "result", encode(late))
+        await notice_as_b(late)
         gate.set()
-        with pytest.raises(RequestTimeout):
-            await waiting
+        second = await waiting
+        assert second.output == {"paid": 2}
         third = await alice.request("pay", {"n": 3}, target=AGENT_A, wait_s=20)
         assert third.output == {"paid": 3}
-    assert alice.results_received == 3 and alice.forged_results == 0
+    assert alice.results_received == 4 and alice.forged_results == 0
     assert alice.conflicting_results == 0
+    # the mesh's record carries the whole path, the agent's steps included
+    store = TaskStore(router.conn.redis, router.conn.keys, router.conn.settings)
+    states = [h["state"] for h in await store.history(envelope.task_id)]
+    assert states == ["submitted", "routing", "dispatched", "accepted", "processing", "completed"]
+
+
+async def test_a_worker_may_submit_only_handoffs_of_its_own_tasks_never_another_task_id(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    """A task_id is its first sender's while its record lives, workers included: agent B's
+    worker cannot re-submit a task of A's (to have A's answer, or its own, reach A's
+    caller), nor join it; a worker's task must be a handoff of a task dispatched to its own
+    agent, on that task's trace. A's caller gets A's Result."""
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    router = RouterService(await as_user(Role("router")))
+    await router.start()
+    add_cleanup(router.close)
+    gate = asyncio.Event()
+    started: list[str] = []
+    agent = Agent(AGENT_A, "Pays when told to go on", max_concurrency=4)
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        started.append(task.task_id)
+        await gate.wait()
+        return {"paid": task.payload.get("n")}
+
+    add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), agent, grace_s=2))
+    async with (
+        MeshClient(await as_user(Role("client", CLIENT))) as alice,
+        MeshClient(
+            await as_user(Role("worker", AGENT_B)), client_id=f"{AGENT_B}-intruder"
+        ) as intruder,
+    ):
+        envelope = TaskEnvelope(capability="pay", target=AGENT_A, payload={"n": 1})
+        waiting = asyncio.ensure_future(alice.send(envelope, wait_s=20))
+        await wait_until(lambda: envelope.task_id in started, timeout=10)
+        attacks = [
+            # the same task_id, aimed at the intruder's own agent or at A
+            envelope.model_copy(update={"target": AGENT_B}),
+            envelope.model_copy(update={"reply_to": None}),
+            # a "handoff" of A's task: it was never dispatched to B
+            TaskEnvelope(
+                capability="pay",
+                target=AGENT_B,
+                trace_id=envelope.trace_id,
+                parent_task_id=envelope.task_id,
+            ),
+            # a task of its own that is no handoff at all
+            TaskEnvelope(capability="pay", target=AGENT_A, payload={"n": 666}),
+        ]
+        for attack in attacks:
+            answer = await intruder.send(attack, wait_s=10)
+            assert answer.status == "failed", attack
+            assert answer.error is not None and answer.error.code == "task_id_in_use"
+        gate.set()
+        result = await waiting
+        assert result.status == "completed" and result.output == {"paid": 1}
+        assert started == [envelope.task_id]  # nothing else ran on A
+    assert alice.results_received == 1 and alice.forged_results == 0
 
 
 async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection) -> None:

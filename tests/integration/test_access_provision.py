@@ -263,16 +263,21 @@ async def test_a_worker_cannot_retry_into_another_agents_queue(
     )
 
 
-async def test_the_worker_redis_user_runs_scripts_on_task_keys_only(
+async def test_the_worker_redis_user_runs_scripts_on_its_agents_task_keys_only(
     mesh_access: Provisioned, redis_login: Callable[[Credentials], redis_asyncio.Redis]
 ) -> None:
     worker = redis_login(mesh_access.creds(Role("worker", AGENT_A)))
     keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
-    task = keys.task(uuid.uuid4().hex)
+    task_id = uuid.uuid4().hex
     script = (
         "redis.call('HSET', KEYS[1], 'state', ARGV[1]) return redis.call('HGET', KEYS[1], 'state')"
     )
-    assert await worker.eval(script, 1, task, "processing") == b"processing"
+    own = keys.for_agent(AGENT_A).task(task_id)
+    assert await worker.eval(script, 1, own, "processing") == b"processing"
+    for foreign in (keys.task(task_id), keys.for_agent(AGENT_B).task(task_id)):
+        with pytest.raises(ResponseError) as info:  # the mesh's record, another agent's
+            await worker.eval(script, 1, foreign, "processing")
+        assert "NOPERM" in str(info.value) or "no permissions" in str(info.value)
     with pytest.raises(ResponseError) as info:  # a registry key, even from inside Lua
         await worker.eval("return redis.call('INCR', KEYS[1])", 1, keys.fence(AGENT_A))
     assert "NOPERM" in str(info.value) or "no permissions" in str(info.value)

@@ -248,13 +248,19 @@ def test_the_client_gets_no_redis_access() -> None:
     assert acl.rules == ("resetchannels", "-@all", "+ping") and not acl.keys
 
 
-def test_the_worker_runs_lua_on_task_keys_but_nothing_dangerous() -> None:
-    acl = redis_acl("worker", NS)
+def test_the_worker_runs_lua_on_its_agents_view_only_and_nothing_dangerous() -> None:
+    acl = redis_acl("worker", NS, "pay.ments")
     assert acl.scripting and "-@dangerous" in acl.commands
     assert acl.commands.index("-@dangerous") > acl.commands.index("+@all")
-    assert "~acme.prod:task:*" in acl.keys and "~acme.prod:idem:*" in acl.keys
+    # the task records it claims and commits in: its agent's view, none of the mesh's
+    assert "~acme.prod:agent/pay.ments/:*" in acl.keys
+    assert not any(f in k for k in acl.keys for f in (":task:", ":idem:", ":task-waiters:"))
     assert "%R~acme.prod:instance:*" in acl.keys
     assert not any(":fence:" in k or ":agent:" in k for k in acl.keys)
+    # '/' closes the agent's name: agent x's pattern matches none of agent x:y's keys
+    assert not fnmatch.fnmatchcase("acme.prod:agent/x:y/:task:t", "acme.prod:agent/x/:*")
+    router = redis_acl("router", NS)
+    assert "~acme.prod:agent/*" in router.keys and "~acme.prod:task:*" in router.keys
 
 
 def test_a_worker_seals_results_only_under_its_own_agent_and_routers_only_read_them() -> None:

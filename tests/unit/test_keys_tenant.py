@@ -79,7 +79,8 @@ def test_every_acl_key_pattern_of_a_tenant_starts_with_its_prefix(ns: str, vhost
 def test_grants_of_a_scope_use_its_vhost_in_their_redis_patterns() -> None:
     scope = AccessScope("acme", "t1")
     plan = build_plan(scope, Topology(namespace="acme"), roles_for(["pay"], [], ["ops"]))
-    assert "~t1/acme:task:*" in plan.grant(Role("worker", "pay")).redis.keys
+    assert "~t1/acme:agent/pay/:*" in plan.grant(Role("worker", "pay")).redis.keys
+    assert "~t1/acme:agent/*" in plan.grant(Role("router")).redis.keys
     assert "~t1/acme:sealed:pay/*" in plan.grant(Role("worker", "pay")).redis.keys
     assert plan.grant(Role("observer", "ops")).redis.keys[0] == "%R~t1/acme:*"
     assert plan.grant(Role("admin")).redis.keys == ("~t1/acme:*",)
