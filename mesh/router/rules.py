@@ -10,13 +10,29 @@ import re
 from collections.abc import Iterable, Mapping
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: a run of CJK characters (the scripts of `mesh.router.lexical`), captured for `re.split`
+_CJK_RUN = re.compile(r"([\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]+)")
+#: CJK text has no spaces: a run stands for its substrings of up to this many characters,
+#: so a CJK keyword matches wherever it occurs in a query ("销售" in "最近的销售数据")
+CJK_SPAN = 4
 
 Keyword = tuple[str, ...]
 
 
 def tokens(text: str) -> list[str]:
-    """Lower-case word tokens, the unit of keyword matching."""
-    return _WORD.findall(text.lower())
+    """Lower-case word tokens, the unit of keyword matching (CJK runs: see `CJK_SPAN`)."""
+    if _CJK_RUN.search(text) is None:
+        return _WORD.findall(text.lower())
+    out: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        for i, part in enumerate(_CJK_RUN.split(word)):
+            if i % 2 == 0:
+                if part:
+                    out.append(part)
+                continue
+            n = len(part)
+            out.extend(part[a:b] for a in range(n) for b in range(a + 1, min(a + CJK_SPAN, n) + 1))
+    return out
 
 
 def keyword_tokens(keywords: Iterable[str]) -> tuple[Keyword, ...]:
