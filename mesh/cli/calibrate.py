@@ -3,6 +3,11 @@
 Routes a labelled set with the live router's scoring code (no RabbitMQ) and prints
 top-1 accuracy, the chosen threshold, in-scope accuracy and OOS recall at it, AUROC
 and the most overlapping agent pairs.
+
+`mesh calibrate --from-decisions decisions.jsonl [--feedback trace.jsonl] [--json]` reads the
+observer's decision log instead (no model): the distribution of the similarity the threshold
+gates, the no-match share and a suggested threshold with what it would change
+(`mesh.router.calibrate_log`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from mesh.router.calibrate import (
     load_labelled,
     run_calibration,
 )
+from mesh.router.calibrate_log import (
+    TARGET_NO_MATCH,
+    LogCalibration,
+    calibrate_from_log,
+    load_decisions,
+    load_feedback,
+)
 from mesh.router.embedding import build_embedder
 
 
@@ -30,9 +42,29 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "calibrate", help="measure routing accuracy and choose the similarity threshold"
     )
-    p.add_argument("--agents", type=Path, required=True, help="AGENTS.json registrations")
-    p.add_argument("--labelled", type=Path, required=True, help="JSONL {text, expected}")
+    p.add_argument("--agents", type=Path, help="AGENTS.json registrations")
+    p.add_argument("--labelled", type=Path, help="JSONL {text, expected}")
     p.add_argument("--learn", type=Path, help="JSONL outcomes fed to the learning path first")
+    p.add_argument(
+        "--from-decisions",
+        type=Path,
+        metavar="FILE",
+        help="the observer's decisions.jsonl: suggest a threshold from live decisions",
+    )
+    p.add_argument(
+        "--feedback",
+        type=Path,
+        metavar="FILE",
+        help="with --from-decisions: the observer's trace.jsonl (its route.feedback lines)",
+    )
+    p.add_argument(
+        "--target-no-match",
+        type=float,
+        default=TARGET_NO_MATCH,
+        metavar="SHARE",
+        help="with --from-decisions and too little feedback: the no-match share to aim at "
+        "(default %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_calibrate)
 
@@ -57,6 +89,14 @@ class _Progress:
 
 
 def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
+    if args.from_decisions is not None:
+        return _from_decisions(args)
+    if args.agents is None or args.labelled is None:
+        print(
+            "mesh calibrate: give --agents and --labelled, or --from-decisions FILE",
+            file=sys.stderr,
+        )
+        return 2
     require_router_stack()
     progress = _Progress()
     try:
@@ -93,3 +133,53 @@ def _print(r: CalibrationReport, model_id: str) -> None:
     print("most overlapping agent pairs (cosine of prototypes, confusions):")
     for o in r.overlaps:
         print(f"  {o.cosine:6.3f} {o.confusions:4d}  {o.a} <-> {o.b}")
+
+
+def _from_decisions(args: argparse.Namespace) -> int:
+    if not 0.0 <= args.target_no_match < 1.0:
+        print("mesh calibrate: --target-no-match must be in [0, 1)", file=sys.stderr)
+        return 2
+    try:
+        decisions = load_decisions(args.from_decisions)
+        feedback = load_feedback(args.feedback) if args.feedback else None
+        report = calibrate_from_log(decisions, feedback, target_no_match=args.target_no_match)
+    except CalibrationDataError as exc:
+        print(f"mesh calibrate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        _print_log(report)
+    return 0
+
+
+def _print_log(r: LogCalibration) -> None:
+    strategies = ", ".join(f"{k} {v}" for k, v in r.strategies.items())
+    print(f"decisions        {r.decisions}  ({strategies})")
+    print(f"scored           {r.scored}  (with a candidate the threshold applies to)")
+    others = ", ".join(f"{t} x{n}" for t, n in r.other_thresholds.items())
+    print(f"threshold now    {r.current_threshold:.3f}" + (f"  (also: {others})" if others else ""))
+    print("best similarity  " + "  ".join(f"{k} {v:.3f}" for k, v in r.percentiles.items()))
+    peak = max(n for _, n in r.histogram)
+    for low, n in r.histogram:
+        mark = "<" if low + 0.05 <= r.current_threshold else " "
+        bar = "#" * max(1, round(40 * n / peak))
+        print(f"  {mark} {low:5.2f}-{low + 0.05:4.2f} {n:6d} {bar}")
+    print(f"no-match share   {r.no_match_share:.1%}  (below the threshold)")
+    if r.feedback_good or r.feedback_bad:
+        print(f"feedback         {r.feedback_good} good, {r.feedback_bad} bad")
+    how = (
+        "best separates good from bad feedback"
+        if r.method == "feedback"
+        else "aims at the no-match share (too little feedback)"
+    )
+    print(f"suggested        {r.suggested_threshold:.3f}  ({how})")
+    print(
+        f"  no-match share {r.no_match_share:.1%} -> {r.no_match_share_suggested:.1%}: "
+        f"{r.newly_routed} more routed, {r.newly_turned_away} more turned away"
+    )
+    if r.good_kept is not None:
+        print(f"  good kept      {r.good_kept[0]:.1%} -> {r.good_kept[1]:.1%}")
+    if r.bad_turned_away is not None:
+        print(f"  bad turned away {r.bad_turned_away[0]:.1%} -> {r.bad_turned_away[1]:.1%}")
+    print(f"set MESH_SIMILARITY_THRESHOLD={r.suggested_threshold:.3f} to use it")
