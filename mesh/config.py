@@ -205,6 +205,13 @@ class Settings(BaseModel):
 
     # --- wire limits -------------------------------------------------------------------
     max_payload_bytes: int = Field(default=1 << 20, ge=1024)
+    #: what one broker user may send to ingress, per second (0: no limit), and the burst a
+    #: bucket holds (that many seconds of it); the excess is refused at once, answered
+    #: ``ingress_budget_exceeded`` on the sender's own reply queue, and neither routed nor
+    #: dead-lettered (`mesh.router.budget`)
+    ingress_rate_per_user: float = Field(default=0.0, ge=0)
+    ingress_bytes_per_user: float = Field(default=0.0, ge=0)
+    ingress_burst_s: float = Field(default=2.0, gt=0)
 
     # --- queues --------------------------------------------------------------------------
     queue_type: Literal["classic", "quorum"] = "classic"

@@ -20,6 +20,7 @@ from schemas.codec import peek
 from schemas.result import ErrorInfo
 
 if TYPE_CHECKING:
+    from mesh.router.delivery import Delivery
     from mesh.router.deps import RouterDeps
 
 logger = logging.getLogger(__name__)
@@ -95,6 +96,18 @@ class Endings:
         )
         await self._answer_raw(exc.raw, reply_to, correlation_id, user_id, error)
         await self.deps.dead_letter("invalid", exc.raw, details=exc.as_details())
+
+    async def over_budget(self, delivery: Delivery) -> None:
+        """A delivery its sender's ingress budget could not pay: answered, not kept."""
+        self.refused += 1
+        message = (
+            "this user's ingress budget is spent (MESH_INGRESS_RATE_PER_USER, "
+            "MESH_INGRESS_BYTES_PER_USER); send more slowly"
+        )
+        error = ErrorInfo(code="ingress_budget_exceeded", message=message)
+        await self._answer_raw(
+            delivery.body, delivery.reply_to, delivery.correlation_id, delivery.user_id, error
+        )
 
     async def broken(
         self,

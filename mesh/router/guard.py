@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope
-from mesh.topology import Topology
+from mesh.topology import Topology, message_priority
 from schemas import TaskEnvelope
 
 
@@ -30,7 +30,12 @@ class Guard(Protocol):
     """What a router believes of a message's sender (chosen once: `guard_for`)."""
 
     def check(
-        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+        self,
+        envelope: TaskEnvelope,
+        user_id: str | None,
+        *,
+        returned_from: str | None = None,
+        amqp_priority: int = 0,
     ) -> TaskEnvelope | Refusal: ...
 
     def sender(self, user_id: str | None) -> tuple[str, str]:
@@ -46,7 +51,12 @@ class OpenGuard:
     """Access control off: every sender is believed and no task_id has an owner."""
 
     def check(
-        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+        self,
+        envelope: TaskEnvelope,
+        user_id: str | None,
+        *,
+        returned_from: str | None = None,
+        amqp_priority: int = 0,
     ) -> TaskEnvelope | Refusal:
         return envelope
 
@@ -65,9 +75,18 @@ class IngressGuard:
         self.topology = topology
 
     def check(
-        self, envelope: TaskEnvelope, user_id: str | None, *, returned_from: str | None = None
+        self,
+        envelope: TaskEnvelope,
+        user_id: str | None,
+        *,
+        returned_from: str | None = None,
+        amqp_priority: int = 0,
     ) -> TaskEnvelope | Refusal:
-        """The envelope to route (maybe restamped), or why it is refused."""
+        """The envelope to route (maybe restamped), or why it is refused.
+
+        An ingress message whose AMQP priority (what ordered it in the router queue) is
+        above its envelope's is refused: a caller may not jump the queue past what its
+        task says (`message_priority`)."""
         role = self.scope.role_of(user_id or "")
         if returned_from is not None:
             router = role is not None and role.kind == "router"
@@ -81,6 +100,13 @@ class IngressGuard:
         if not user_id or role is None:
             return Refusal(
                 "unknown_user", f"ingress message from {user_id!r}, not a user of this mesh"
+            )
+        if amqp_priority > message_priority(envelope.priority):
+            return Refusal(
+                "priority_above_envelope",
+                f"AMQP priority {amqp_priority} is above the envelope's priority "
+                f"{envelope.priority}: publish it with priority={envelope.priority}",
+                answer=self.may_answer(envelope.reply_to or "", user_id),
             )
         own = self.topology.reply_queue(f"{user_id}.")
         if envelope.reply_to is not None and not self.may_answer(envelope.reply_to, user_id):

@@ -9,11 +9,13 @@ one Redis step, or answers (or joins) a duplicate of its task_id.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import time
 from typing import TYPE_CHECKING, Any
 
 from mesh.access.refusal import Refusal
 from mesh.messaging import waiter_of
+from mesh.router.budget import IngressBudget
+from mesh.router.delivery import Delivery
 from mesh.router.returns import before_dispatch
 from schemas import InvalidEnvelope, TaskEnvelope, decode, now_ms
 
@@ -24,26 +26,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One message of the router queue, as the broker delivered it.
-
-    `user_id` is the broker-validated sender: under access control it decides (the
-    guard), never a body field. `reply_to` and `correlation_id` are the AMQP properties
-    (standard RPC): the Result goes to `reply_to` when the body names no queue, and
-    carries the caller's `correlation_id`; fields of the body win.
-    """
-
-    body: bytes
-    headers: dict[str, Any] = field(default_factory=dict)
-    routing_key: str = ""
-    redelivered: bool = False
-    #: `time.perf_counter()` when it arrived (routing time is measured from here)
-    received: float = 0.0
-    reply_to: str | None = None
-    correlation_id: str | None = None
-    user_id: str | None = None
+#: at most one warning this often while users are over their ingress budget
+BUDGET_LOG_S = 60.0
 
 
 class Intake:
@@ -52,6 +36,29 @@ class Intake:
         self.endings = endings
         #: task_ids seen again (answered from the stored Result, or joined)
         self.duplicates = 0
+        #: what each broker user may send to ingress (`mesh.router.budget`)
+        self.budget = IngressBudget(deps.settings)
+        self._budget_logged = 0.0
+
+    async def within_budget(self, delivery: Delivery) -> bool:
+        """Charge an ingress delivery to its sender's budget; over it, the delivery is
+        refused before it is decoded: answered on the sender's own reply queue, neither
+        routed nor dead-lettered (a flood must cost the mesh as little as possible)."""
+        if self.deps.topology.agent_of_routing_key(delivery.routing_key) is not None:
+            return True  # a dispatch back from an agent queue: the mesh's own
+        user = delivery.user_id or ""
+        if self.budget.allow(user, len(delivery.body)):
+            return True
+        now = time.monotonic()
+        if now - self._budget_logged >= BUDGET_LOG_S:
+            self._budget_logged = now
+            logger.warning(
+                "ingress budget exceeded: %s refused so far (by user: %s)",
+                sum(self.budget.refused.values()),
+                dict(sorted(self.budget.refused.items())),
+            )
+        await self.endings.over_budget(delivery)
+        return False
 
     async def decode(self, delivery: Delivery) -> TaskEnvelope | None:
         """The envelope, or None when the body is invalid (answered and dead-lettered)."""
@@ -136,4 +143,4 @@ class Intake:
         return False
 
 
-__all__ = ["Delivery", "Intake"]
+__all__ = ["Intake"]

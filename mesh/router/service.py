@@ -32,12 +32,13 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.metrics.core import Metrics
 from mesh.router.choice import Chooser
+from mesh.router.delivery import Delivery
 from mesh.router.deps import RouterDeps
 from mesh.router.dispatch import Dispatcher
 from mesh.router.endings import Endings
 from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import guard_for
-from mesh.router.intake import Delivery, Intake
+from mesh.router.intake import Intake
 from mesh.router.plan import NoSelector, RouteChoice, Selector
 from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
@@ -174,6 +175,7 @@ class RouterService(Lifecycle):
                 reply_to=message.reply_to,
                 correlation_id=message.correlation_id,
                 user_id=message.user_id,
+                priority=message.priority or 0,
             )
         )
 
@@ -185,6 +187,8 @@ class RouterService(Lifecycle):
         """
         if self.deps is None:
             raise RuntimeError("RouterService.start() was not awaited")
+        if not await self._intake.within_budget(delivery):
+            return
         envelope = await self._intake.decode(delivery)
         if envelope is None:
             return
@@ -203,6 +207,7 @@ class RouterService(Lifecycle):
             envelope,
             delivery.user_id,
             returned_from=returned.agent_id if returned is not None else None,
+            amqp_priority=delivery.priority if returned is None else 0,
         )
         if isinstance(checked, Refusal):
             await self._endings.refuse(envelope, delivery.body, checked)
