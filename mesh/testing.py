@@ -219,7 +219,7 @@ class AgentHarness:
         Like a router, it sets ``deadline_ms`` from ``timeout_ms`` when the task has none.
         """
         agent = agent or self.agent
-        handler = handler_step(agent.require_handler())
+        handler = handler_step(agent.require_handler(), expose_errors=agent.expose_errors)
         deps = self._deps(agent)
         if envelope.deadline_ms is None:
             envelope = envelope.model_copy(update={"deadline_ms": now_ms() + envelope.timeout_ms})

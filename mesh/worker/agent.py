@@ -36,6 +36,9 @@ class Agent:
     priority_bonus: float = 0.0
     name: str = ""
     version: str = "0"
+    #: a failed handler's exception text reaches the caller as it is (default: its type and
+    #: a message stripped of URLs, credentials and tokens; the full text stays in the log)
+    expose_errors: bool = False
 
     def handler(self, fn: Handler) -> Handler:
         """Decorator: ``@agent.handler async def handle(task, ctx) -> dict``."""

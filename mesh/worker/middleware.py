@@ -162,15 +162,16 @@ class MetricsMiddleware(WorkerMiddleware):
         return outcome
 
 
-def handler_step(handler: Handler) -> CallNext:
-    """The end of the chain: call `handler` and turn what it did into an `Outcome`."""
+def handler_step(handler: Handler, *, expose_errors: bool = False) -> CallNext:
+    """The end of the chain: call `handler` and turn what it did into an `Outcome` (its
+    exception text unredacted with `expose_errors`: `Agent.expose_errors`)."""
 
     async def call(run: TaskRun) -> Outcome:
         run.executed = True
         try:
             output = await handler(run.envelope, run.ctx)
         except Exception as exc:
-            return outcome_of_error(exc, run.task_id)
+            return outcome_of_error(exc, run.task_id, expose=expose_errors)
         return check_output(output, run.ctx.max_output_bytes)
 
     return call

@@ -43,8 +43,9 @@ class Outcome:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def outcome_of_error(exc: Exception, task_id: str = "") -> Outcome:
-    """The outcome of an exception a handler (or a middleware hook) raised."""
+def outcome_of_error(exc: Exception, task_id: str = "", *, expose: bool = False) -> Outcome:
+    """The outcome of an exception a handler (or a middleware hook) raised; with `expose`
+    (`Agent.expose_errors`) a handler's own exception text reaches the caller unredacted."""
     if isinstance(exc, Retry):
         return Outcome("retry", message=exc.reason, delay_ms=exc.delay_ms)
     if isinstance(exc, Reject):
@@ -57,7 +58,8 @@ def outcome_of_error(exc: Exception, task_id: str = "") -> Outcome:
             "failed", code=EffectUnknown.code, message=str(exc), details={"effect": exc.name}
         )
     logger.warning("handler failed task_id=%s", task_id, exc_info=exc)
-    return Outcome("failed", code="handler_error", message=error_text(exc))
+    text = f"{type(exc).__name__}: {exc}" if expose else error_text(exc)
+    return Outcome("failed", code="handler_error", message=text)
 
 
 def error_text(exc: BaseException) -> str:

@@ -355,7 +355,9 @@ class WorkerRuntime(Lifecycle):
     async def _execute(self, run: TaskRun) -> Outcome:
         """The middleware chain around the agent's handler (built once, on first use)."""
         if self._chain is None:
-            handler = handler_step(self.agent.require_handler())
+            handler = handler_step(
+                self.agent.require_handler(), expose_errors=self.agent.expose_errors
+            )
 
             async def counted(r: TaskRun) -> Outcome:
                 self.executed += 1

@@ -51,3 +51,15 @@ async def test_a_caller_never_reads_the_database_url_a_handler_failed_on() -> No
     assert result.error.code == "handler_error"
     assert "hunter2" not in result.error.message and "db.internal" not in result.error.message
     assert result.error.message.startswith("RuntimeError: could not connect to postgresql://")
+
+
+async def test_an_agent_that_allows_it_passes_its_exception_text_unredacted() -> None:
+    agent = Agent("orders", "Looks up orders", expose_errors=True)
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        raise RuntimeError(f"could not connect to {DSN}")
+
+    result = await AgentHarness(agent, settings=Settings()).run({"order": 1})
+    assert result.error is not None and result.error.code == "handler_error"
+    assert result.error.message == f"RuntimeError: could not connect to {DSN}"
