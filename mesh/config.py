@@ -349,6 +349,9 @@ class Settings(BaseModel):
     max_retries: int = Field(default=2, ge=0)
     retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
     max_task_lifetime_s: float = Field(default=600.0, gt=0)
+    #: a handler that shows no progress this long is frozen (seed 002 section 7.4): it is
+    #: cancelled and the task goes back to its agent's queue for another instance
+    processing_timeout_s: float = Field(default=30.0, gt=0)
     context_ttl_s: int = Field(default=86_400, ge=1)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
 

@@ -57,6 +57,7 @@ MODULES = (
     "tests/integration/test_dlq.py",
     "tests/integration/test_routing.py",
     "tests/integration/test_router_bug.py",
+    "tests/integration/test_story_frozen_worker.py",
 )
 
 

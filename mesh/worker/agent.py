@@ -36,6 +36,10 @@ class Agent:
     priority_bonus: float = 0.0
     name: str = ""
     version: str = "0"
+    #: a handler that shows no progress (`TaskContext.progress`) this long is frozen: it is
+    #: cancelled and its task handed back to the agent's queue for another instance
+    #: (None: ``MESH_PROCESSING_TIMEOUT_S``)
+    processing_timeout_s: float | None = None
     #: a failed handler's exception text reaches the caller as it is (default: its type and
     #: a message stripped of URLs, credentials and tokens; the full text stays in the log)
     expose_errors: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from mesh.dispatch.context import parse_ref
@@ -34,6 +35,13 @@ class TaskContext:
             logging.getLogger(f"mesh.agent.{self.agent_id}"),
             {"task_id": envelope.task_id, "trace_id": envelope.trace_id},
         )
+        #: `time.monotonic()` of the handler's last sign of life (`progress`)
+        self.last_progress = time.monotonic()
+
+    def progress(self) -> None:
+        """Say the handler is alive on long work: its processing timeout
+        (`Agent.processing_timeout_s`) counts again from now."""
+        self.last_progress = time.monotonic()
 
     @property
     def task_id(self) -> str:

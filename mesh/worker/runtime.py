@@ -52,6 +52,7 @@ from mesh.worker.middleware import (
 )
 from mesh.worker.outcome import Outcome
 from mesh.worker.settle import Settler
+from mesh.worker.watchdog import watched
 from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: a task whose handler froze here is handed on this many times before this instance
+#: runs it again (no other instance took it)
+FROZEN_PASSES = 3
 #: a task whose handler ended this long ago and whose delivery is still not settled is
 #: reported stuck (heartbeats carry the count; `mesh agents` shows it)
 STUCK_AFTER_S = 30.0
@@ -144,6 +148,10 @@ class WorkerRuntime(Lifecycle):
         #: task -> monotonic time its handler ended (it is settling since)
         self._settling: dict[asyncio.Task[Any], float] = {}
         self._stuck_reported = 0
+        #: a handler without progress this long is frozen (`mesh.worker.watchdog`)
+        self.processing_timeout_s = agent.processing_timeout_s or conn.settings.processing_timeout_s
+        #: tasks whose handler froze here -> times handed on since (another instance first)
+        self._frozen: dict[str, int] = {}
         self._state: str = "new"  # new -> started -> closed
         self._chain: CallNext | None = None
         self._gate = BandGate(agent.max_concurrency, [1])
@@ -305,6 +313,12 @@ class WorkerRuntime(Lifecycle):
                 pristine=_pristine(message, envelope),
             )
 
+        if envelope.task_id in self._frozen and self._frozen[envelope.task_id] < FROZEN_PASSES:
+            # it froze here: another instance should take it (after a few passes, this one)
+            self._frozen[envelope.task_id] += 1
+            await self.settler.hand_back(message, envelope, 0, marker=self.instance_id)
+            return
+        self._frozen.pop(envelope.task_id, None)
         claim = await claim_it(holder)
         if claim.status == "stale" and await self.membership.renew(
             holder.token, self.settings.lease_ttl_s
@@ -340,7 +354,12 @@ class WorkerRuntime(Lifecycle):
             takeover=claim.takeover,
             visits=claim.visits,
         )
-        outcome = await self._execute(run)
+        outcome = await watched(run, self._execute, self.processing_timeout_s)
+        if outcome is None:  # frozen: the task goes to another instance
+            self._frozen[envelope.task_id] = 0
+            await self.settler.frozen(message, envelope, holder)
+            self.hooks.annotate("handed_back", "processing_timeout")
+            return
         timings: dict[str, float] = {}
         if run.executed:
             self._settling[current_task()] = time.monotonic()

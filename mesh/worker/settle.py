@@ -126,6 +126,18 @@ class Settler:
         third = int(self.deps.settings.lease_ttl_s * 1000 / 3)
         return nearest_delay(self.deps.topology.retry_delays_ms, third)
 
+    async def frozen(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: Holder
+    ) -> None:
+        """The handler made no progress for the processing timeout (`mesh.worker.watchdog`):
+        the claim is released (the handler, should it wake, commits nothing and applies no
+        effect) and the task handed back to the agent's queue for another instance."""
+        deps = self.deps
+        await deps.store.release(
+            envelope.task_id, holder, by=deps.instance_id, note="frozen: processing timeout"
+        )
+        await self.hand_back(message, envelope, 0, marker=deps.instance_id)
+
     async def broken(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
         """A bug in settling must not wedge the instance: the delivery is settled anyway
         (dead-lettered back to a router, which ends or reroutes the task)."""

@@ -1,0 +1,69 @@
+"""The processing timeout: a frozen handler gives its task back (seed 002 sections 4.2, 7.4).
+
+A handler that hangs while its process stays connected and heartbeating would keep its
+task until the deadline or the maximum lifetime. `watched` runs the handler's chain as a
+task of its own and watches its progress (`TaskContext.progress`): with no sign of life for
+`timeout_s` it cancels it, and whether the handler then ends (it took the cancellation) or
+not (it ignores it; it is left behind, its claim released, so neither its late commit nor
+its `apply_once` counts), the caller's task is not its any more: `watched` returns None
+and the runtime hands the task back to the agent's queue, where another instance takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from mesh.worker.middleware import TaskRun
+from mesh.worker.outcome import Outcome
+
+logger = logging.getLogger(__name__)
+
+#: how long a cancelled handler may take to end before it is left behind
+CANCEL_GRACE_S = 1.0
+
+
+async def watched(
+    run: TaskRun, execute: Callable[[TaskRun], Awaitable[Outcome]], timeout_s: float
+) -> Outcome | None:
+    """`execute(run)`, or None when it made no progress for `timeout_s` (frozen)."""
+    runner = asyncio.ensure_future(execute(run))
+    try:
+        while True:
+            left = run.ctx.last_progress + timeout_s - time.monotonic()
+            if left > 0:
+                done, _ = await asyncio.wait({runner}, timeout=left)
+                if done:
+                    return runner.result()
+                continue
+            break
+    except asyncio.CancelledError:
+        runner.cancel()
+        raise
+    logger.warning(
+        "task_id=%s: no progress for processing_timeout_s=%g; cancelling the handler and "
+        "handing the task back",
+        run.task_id,
+        timeout_s,
+    )
+    runner.cancel()
+    done, _ = await asyncio.wait({runner}, timeout=CANCEL_GRACE_S)
+    if not done:
+        logger.error(
+            "task_id=%s: the handler ignores its cancellation; left behind (its claim is "
+            "released: nothing it does from now on counts)",
+            run.task_id,
+        )
+    runner.add_done_callback(_forget)
+    return None
+
+
+def _forget(task: asyncio.Future[Outcome]) -> None:
+    """A handler left behind ends some day: its outcome is nobody's any more."""
+    if not task.cancelled() and task.exception() is not None:
+        logger.info("a handler left behind ended with %r", task.exception())
+
+
+__all__ = ["CANCEL_GRACE_S", "watched"]
