@@ -10,9 +10,9 @@
   learned it announces it with its vector (``route.learned``), so the other routers apply
   the same slot without a Redis read or an embedding. A memory is read whole only when an
   agent joins and after counted feedback.
-- Head refits run in a worker thread, never on the event loop, and within a CPU budget:
-  a fit that cost *c* CPU-seconds is followed by at least *c* / ``refit_cpu_share`` seconds
-  before the next one starts, so fits use at most that share of one core on average.
+- Head refits (`Refitter`) run in a worker thread, never on the event loop, only when agents
+  or memories changed, within ``refit_cpu_share`` of one core over any minute; one router
+  fits for the mesh and the others install its head (``route.fitted``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from mesh.router.embedding import Embedder
 from mesh.router.index import AgentStats, CapabilityIndex
 from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, OutcomeLedger
+from mesh.router.refits import FITTED_EVENT
+from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.router.vectors import VectorCache
 from mesh.tasks import raise_if_cancelling
 from mesh.wire import NoAck, Subscriber
@@ -84,13 +86,19 @@ class IndexKeeper:
         self.subscriber = Subscriber(
             conn, self._declare, self._on_event, NoAck("learning events"), prefetch=1_000
         )
-        #: CPU-seconds of the fits so far, and texts learned from this router / others
-        self.fit_cpu_s = 0.0
-        self.fits = 0
         #: under access control, outcomes count only from a router or the agent's own user
         self.trust = EventTrust(conn.settings)
+        #: texts learned from this router / from others
         self.learned_here = 0
         self.learned_elsewhere = 0
+        self.refitter = Refitter(
+            index,
+            publisher,
+            conn.settings,
+            own_id=self.keeper_id,
+            model_id=embedder.model_id,
+            registered=self._registered,
+        )
 
     # --- life cycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -98,7 +106,7 @@ class IndexKeeper:
         for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
             await self._sync_agent(agent_id)
         await self._load_memories()
-        await self._refit()
+        await self.refitter.refit()
         await self.subscriber.start()
         self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
 
@@ -106,7 +114,7 @@ class IndexKeeper:
         queue = await channel.declare_queue(
             self.conn.topology.selector_queue(self.keeper_id), exclusive=True, auto_delete=True
         )
-        for pattern in LEARNING_EVENTS:
+        for pattern in (*LEARNING_EVENTS, FITTED_EVENT):
             await queue.bind(self.conn.topology.events, routing_key=pattern)
         return queue
 
@@ -118,6 +126,14 @@ class IndexKeeper:
         await self.subscriber.close()
         with contextlib.suppress(Exception):
             await self._flush()  # what was queued still reaches Redis
+
+    @property
+    def fits(self) -> int:
+        return self.refitter.fits
+
+    @property
+    def fit_cpu_s(self) -> float:
+        return self.refitter.fit_cpu_s
 
     # --- reads for the selector ------------------------------------------------------------
     def is_live(self, agent_id: str) -> bool:
@@ -163,6 +179,7 @@ class IndexKeeper:
             )
             self._registered[agent_id] = signature
             self._memory_dirty.add(agent_id)
+            self.refitter.changed(registration=True)
         else:
             self.index.set_stats(agent_id, self.stats_of(state, now))
 
@@ -193,10 +210,11 @@ class IndexKeeper:
     async def _maintain(self) -> None:
         """Apply registry changes, write queued records, learn, refresh loads, refit."""
         last_stats = time.monotonic()
-        next_fit = time.monotonic() + self.settings.refit_interval_s
         while True:
             raise_if_cancelling()
             wait = FLUSH_INTERVAL_S if self.ledger.pending else STATS_REFRESH_S
+            if self.index.dirty:
+                wait = min(wait, SETTLE_S / 2)  # notice when the changes settle
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
@@ -213,32 +231,13 @@ class IndexKeeper:
                 if time.monotonic() - last_stats >= STATS_REFRESH_S:
                     self._refresh_stats()
                     last_stats = time.monotonic()
-                if self.index.dirty and (time.monotonic() >= next_fit or len(self.index) <= 2):
-                    started = time.monotonic()
-                    cpu_s = await self._refit()
-                    # start-to-start spacing of cpu / share keeps fits within the share
-                    next_fit = started + max(
-                        self.settings.refit_interval_s, cpu_s / self.settings.refit_cpu_share
-                    )
+                full = self.refitter.plan(time.monotonic())
+                if full is not None:
+                    await self.refitter.refit(full)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.error("index upkeep failed; retrying next round", exc_info=True)
-
-    async def _refit(self) -> float:
-        """Fit the head in a worker thread and install it; returns the fit's CPU-seconds."""
-
-        def fit() -> tuple[Any, float]:
-            started = time.thread_time()
-            result = self.index.fit_directions()
-            return result, time.thread_time() - started
-
-        result, cpu_s = await asyncio.to_thread(fit)
-        self.index.apply_fit(result)
-        self.fits += 1
-        self.fit_cpu_s += cpu_s
-        logger.debug("refit %d agents in %.2f CPU-s", len(self.index), cpu_s)
-        return cpu_s
 
     # --- memories --------------------------------------------------------------------------
     async def _load_memories(self) -> None:
@@ -257,6 +256,7 @@ class IndexKeeper:
                 texts=list(memory.texts),
                 slots=list(memory.slots),
             )
+            self.refitter.changed()
             state = self.snapshot.agent(agent_id)
             if state is not None:
                 self.index.set_stats(agent_id, self.stats_of(state, now_ms()))
@@ -273,6 +273,7 @@ class IndexKeeper:
         for item, vec in zip(learned, vectors, strict=True):
             if self.index.learn_at(item.agent_id, item.slot, vec, item.text):
                 self.learned_here += 1
+                self.refitter.changed()
         await self.publisher.emit(self._learned_event(learned, vectors))
 
     def _learned_event(self, learned: list[Learned], vectors: np.ndarray[Any, Any]) -> Event:
@@ -315,6 +316,9 @@ class IndexKeeper:
         if event.type == LEARNED_EVENT:
             self._apply_learned(event)
             return
+        if event.type == FITTED_EVENT:
+            self.refitter.take(event)
+            return
         if event.type == "route.feedback":
             if event.agent_id is not None and event.data.get("counted", True):
                 self._memory_dirty.add(event.agent_id)
@@ -344,6 +348,7 @@ class IndexKeeper:
                 continue
             if self.index.learn_at(agent_id, int(item["slot"]), vec, str(item["text"])):
                 self.learned_elsewhere += 1
+                self.refitter.changed()
 
     async def wait_routable(
         self, agent_ids: Sequence[str], timeout: float, routable: Callable[[str], bool]

@@ -1,0 +1,213 @@
+"""`Refitter`: when and how a router refits its index's head, and installing other routers' fits.
+
+A fit runs only when agents or memories changed since the last one (`CapabilityIndex.dirty`),
+in a worker thread, within ``refit_cpu_share`` of one core over any minute (`FitBudget`).
+Once no change arrived for `SETTLE_S` (the load paused or stopped) the index gets a *full*
+fit (`CapabilityIndex.fit_directions`, as `mesh calibrate` fits) at once. While changes keep
+coming, a fit is due every ``refit_interval_s`` at most, and it refits the output layer alone
+on the last full fit's hidden layers (`fit_outputs`, about a tenth of the cost; a full one
+after a registration change or `FULL_REFIT_S`), always leaving room in the budget for the
+full fit that follows the last change: the mesh is idle a few seconds after its load.
+
+One router fits for the mesh: it announces each fit (``route.fitted``, `mesh.router.refits`)
+and the others install it instead of fitting the same memories again (they apply the same
+learned texts from ``route.learned``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from mesh.config import Settings
+from mesh.messaging import Publisher
+from mesh.router.fitting import FitResult, fit_outputs
+from mesh.router.index import CapabilityIndex
+from mesh.router.refits import (
+    FITTED_EVENT,
+    WINDOW_S,
+    FitBudget,
+    FitLeader,
+    FitParts,
+    decode_fit,
+    encode_fit,
+    registration_digest,
+    rounded,
+)
+from schemas import Event
+
+__all__ = ["FULL_REFIT_S", "SETTLE_S", "Refitter"]
+
+logger = logging.getLogger(__name__)
+
+#: the index is refitted once no change arrived for this long (the load paused or stopped)
+SETTLE_S = 0.5
+#: while memories keep changing, a full fit at least this often (else output layers only)
+FULL_REFIT_S = 600.0
+
+
+class Refitter:
+    """The head fits of one router's index (see the module docstring)."""
+
+    def __init__(
+        self,
+        index: CapabilityIndex,
+        publisher: Publisher,
+        settings: Settings,
+        *,
+        own_id: str,
+        model_id: str,
+        registered: Mapping[str, object],
+    ) -> None:
+        self.index = index
+        self.publisher = publisher
+        self.settings = settings
+        self.own_id = own_id
+        self.model_id = model_id
+        #: the keeper's registration signature of each agent (what a digest is taken of)
+        self.registered = registered
+        self.budget = FitBudget(settings.refit_cpu_share)
+        self.leader = FitLeader(own_id)
+        self._parts = FitParts()
+        #: fits made here (full and output layers), their CPU-seconds, heads installed
+        #: from another router's fit
+        self.fits = 0
+        self.full_fits = 0
+        self.fit_cpu_s = 0.0
+        self.fits_received = 0
+        #: monotonic time of the last change to the index
+        self.changed_at = 0.0
+        self._registration_changed = True
+        self._last: FitResult | None = None
+        self._full_at = float("-inf")
+        self._next_at = 0.0
+        #: the last CPU-seconds of a full fit and of an output-layer fit
+        self._cost = {True: 0.0, False: 0.0}
+
+    def changed(self, *, registration: bool = False) -> None:
+        """The index took a change (a registration: the next fit is a full one)."""
+        self.changed_at = time.monotonic()
+        if registration:
+            self._registration_changed = True
+
+    def plan(self, now: float) -> bool | None:
+        """The fit due here and now: True a full one, False the output layer, None none."""
+        if not self.index.dirty:
+            return None
+        if len(self.index) <= 2:
+            return True  # a fit of two agents costs next to nothing; routing waits for it
+        if not self.leader.fits_here(now):
+            return None  # another router fits for the mesh: its head will arrive
+        full, outputs = self._cost[True], self._cost[False]
+        can_refine = self._last is not None and self._last.head is not None
+        if now - self.changed_at >= SETTLE_S:
+            if self.budget.allows(now, full):
+                return True
+            return False if can_refine and self.budget.allows(now, outputs) else None
+        if now < self._next_at:
+            return None
+        if not can_refine or self._registration_changed or now - self._full_at >= FULL_REFIT_S:
+            return True if self.budget.allows(now, full) else None
+        return False if self.budget.allows(now, outputs + full) else None
+
+    async def refit(self, full: bool = True) -> float:
+        """Fit in a worker thread (`full`, else the output layer), install and announce;
+        returns the fit's CPU-seconds (the worker thread's: numpy's BLAS runs on it,
+        ``blas_threads``)."""
+        started = time.monotonic()
+        previous = self._last
+        full = full or previous is None or previous.head is None
+        ids = self.index.ids
+        self._next_at = started + self.settings.refit_interval_s
+        if full:
+            self._registration_changed = False
+        dirty_from = time.monotonic()
+        self.index.dirty = False  # a change during the fit sets it again
+
+        def fit() -> tuple[FitResult, float]:
+            cpu = time.thread_time()
+            if full or previous is None:  # (`full` covers None; mypy needs the test)
+                result = self.index.fit_directions()
+            else:
+                entries = [self.index.entry(a) for a in ids]
+                result = fit_outputs(
+                    -1,
+                    {e.agent_id: e.registered for e in entries},
+                    [e.requests() for e in entries],
+                    [e.capability for e in entries],
+                    previous,
+                    self.index.fit_config,
+                )
+            return result, time.thread_time() - cpu
+
+        try:
+            result, cpu_s = await asyncio.to_thread(fit)
+        except BaseException:
+            self.index.dirty = True
+            raise
+        result = rounded(result)  # the head as the other routers install it
+        self.index.apply_fit(result)
+        self.index.dirty = self.changed_at >= dirty_from
+        self._last = result
+        if full:
+            self._full_at = started
+            self.full_fits += 1
+        self._cost[full] = cpu_s
+        self.fits += 1
+        self.fit_cpu_s += cpu_s
+        self.budget.record(time.monotonic(), cpu_s)
+        logger.debug(
+            "%s refit of %d agents in %.2f CPU-s", "full" if full else "output", len(ids), cpu_s
+        )
+        lease_s = 2 * (WINDOW_S + time.monotonic() - started)
+        try:
+            for event in self._events(result, lease_s, full):
+                await self.publisher.emit(event)
+        except Exception:
+            logger.warning("announcing a fit failed; the other routers fit", exc_info=True)
+        return cpu_s
+
+    def _events(self, result: FitResult, lease_s: float, full: bool) -> list[Event]:
+        """``route.fitted``: `result` for the other routers, who defer for `lease_s`."""
+        digests: dict[str, str | None] = {}
+        for agent_id, registered in result.agents.items():
+            signature = self.registered.get(agent_id)
+            current = agent_id in self.index and self.index.entry(agent_id).registered
+            fresh = signature is not None and current == registered
+            digests[agent_id] = registration_digest(signature) if fresh else None
+        header = {"model": self.model_id, "from": self.own_id, "lease_s": lease_s, "full": full}
+        return [
+            Event(type=FITTED_EVENT, data={**header, **part})
+            for part in encode_fit(result, digests)
+        ]
+
+    def take(self, event: Event) -> None:
+        """Install another router's fit once all its parts arrived; this router's
+        memories count as fitted (the fitter applied the same learned texts)."""
+        data: dict[str, Any] = event.data
+        sender = str(data.get("from"))
+        if sender == self.own_id or data.get("model") != self.model_id:
+            return
+        whole = self._parts.add(sender, data)
+        if whole is None:
+            return
+        local = {
+            agent_id: (registration_digest(signature), self.index.entry(agent_id).registered)
+            for agent_id, signature in self.registered.items()
+            if agent_id in self.index
+        }
+        result = decode_fit(whole, -1, local)
+        if result.capability_mean.shape != (self.index.dim,):
+            return
+        self.index.apply_fit(result)
+        self.index.dirty = False
+        now = time.monotonic()
+        self._last = result
+        if whole.get("full"):
+            self._full_at = now
+            self._registration_changed = False
+        self.leader.heard(sender, now, float(data.get("lease_s", 0.0)))
+        self.fits_received += 1
