@@ -73,6 +73,16 @@ class RequestTimeout(MeshError, TimeoutError):
     """No Result arrived before the client's wait ended."""
 
 
+class DownstreamBusy(MeshError):
+    """A handoff's target has its circuit breaker open: the router answered at once
+    (``downstream_busy``) instead of letting the task wait on an agent that fails. A handler
+    catches it to answer with a degraded reply (seed 000 section 4.2)."""
+
+    def __init__(self, target: str, message: str = "") -> None:
+        self.target = target
+        super().__init__(message or f"agent {target!r} is failing (its breaker is open)")
+
+
 class Retry(MeshError):
     """Raised by a handler: try this task again later (at most `max_retries` times)."""
 
@@ -144,6 +154,7 @@ __all__ = [
     "CalibrationDataError",
     "ConfigError",
     "ContextNotFound",
+    "DownstreamBusy",
     "EffectUnknown",
     "ManagementRequestFailed",
     "MeshError",

@@ -125,7 +125,8 @@ class Keys:
         return f"{self.prefix}:outcome:{task_id}"
 
     def breaker(self, agent_id: str) -> str:
-        """Hash: circuit breaker state of an agent."""
+        """String, expiring: until when (epoch ms) a router holds the agent's circuit
+        breaker open (`mesh.router.breaker.SharedBreakers`)."""
         return f"{self.prefix}:breaker:{agent_id}"
 
     def stats(self, agent_id: str) -> str:

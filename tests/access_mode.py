@@ -58,6 +58,7 @@ MODULES = (
     "tests/integration/test_routing.py",
     "tests/integration/test_router_bug.py",
     "tests/integration/test_story_frozen_worker.py",
+    "tests/integration/test_story_timeout_cascade.py",
 )
 
 

@@ -4,15 +4,33 @@ Closed: calls flow and outcomes are counted over `window_s`. When at least `min_
 outcomes are in the window and the failure ratio exceeds `failure_ratio`, the breaker opens
 for `open_s`: the router does not choose the agent. Then it is half-open: one probe task may
 go; its success closes the breaker, its failure opens it again (seed 000 section 4.2).
+
+Every router keeps its own window; an opening is shared through Redis (`SharedBreakers`:
+``<prefix>:breaker:<agent_id>`` holds the time it stays open until), so a router that did
+not see the failures refuses the agent too. A router reads that key at most once per agent
+every `SHARED_TTL_S` (no Redis round trip on most decisions) and, when Redis is away, decides
+with its own view.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mesh.clock import Clock, SystemClock
+from mesh.keys import Keys
+from mesh.retrying import TRANSIENT_ERRORS
+from schemas import now_ms
+
+logger = logging.getLogger(__name__)
+
+#: how long a router believes what it read of another router's opening
+SHARED_TTL_S = 0.5
 
 State = Literal["closed", "open", "half_open"]
 
@@ -37,6 +55,7 @@ class BreakerBoard:
         min_calls: int = 4,
         open_s: float = 30.0,
         clock: Clock | None = None,
+        on_open: Callable[[str, float], None] | None = None,
     ) -> None:
         self.window_s = window_s
         self.failure_ratio = failure_ratio
@@ -44,6 +63,8 @@ class BreakerBoard:
         self.open_s = open_s
         self.clock: Clock = clock or SystemClock()
         self._breakers: dict[str, _Breaker] = {}
+        #: told (agent_id, seconds it stays open) each time a breaker opens
+        self.on_open = on_open
 
     def state(self, agent_id: str) -> State:
         b = self._breakers.get(agent_id)
@@ -77,6 +98,8 @@ class BreakerBoard:
             b.outcomes.clear()
             b.failures = 0
             b.opened_at = None if ok else now
+            if not ok:
+                self._opened(agent_id)
             return self.state(agent_id)
         if state == "open":
             return state
@@ -89,7 +112,13 @@ class BreakerBoard:
             b.opened_at = now
             b.outcomes.clear()
             b.failures = 0
+            self._opened(agent_id)
         return self.state(agent_id)
+
+    def _opened(self, agent_id: str) -> None:
+        logger.warning("breaker of agent=%s open for %gs", agent_id, self.open_s)
+        if self.on_open is not None:
+            self.on_open(agent_id, self.open_s)
 
     def states(self) -> dict[str, State]:
         """The state of every breaker that counted an outcome (for metrics: safe to call
@@ -102,3 +131,42 @@ class BreakerBoard:
 
     def forget(self, agent_id: str) -> None:
         self._breakers.pop(agent_id, None)
+
+
+class SharedBreakers:
+    """The openings of every router's breakers, in Redis (one key per agent, expiring)."""
+
+    def __init__(self, redis: Any, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        #: agent_id -> (monotonic time read, epoch ms it is open until; 0: not open)
+        self._seen: dict[str, tuple[float, int]] = {}
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def publish(self, agent_id: str, open_s: float) -> None:
+        """A breaker of this router opened: tell the others (written in the background)."""
+        until = now_ms() + int(open_s * 1000)
+        self._seen[agent_id] = (time.monotonic(), until)
+        task = asyncio.get_running_loop().create_task(self._write(agent_id, until, open_s))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write(self, agent_id: str, until: int, open_s: float) -> None:
+        try:
+            await self.redis.set(self.keys.breaker(agent_id), until, px=int(open_s * 1000))
+        except TRANSIENT_ERRORS:
+            logger.warning("breaker of agent=%s not shared (Redis away)", agent_id)
+
+    async def open_until_ms(self, agent_id: str) -> int:
+        """Until when (epoch ms) some router holds `agent_id`'s breaker open (0: none)."""
+        now = time.monotonic()
+        seen = self._seen.get(agent_id)
+        if seen is not None and now - seen[0] < SHARED_TTL_S:
+            return seen[1]
+        try:
+            raw = await self.redis.get(self.keys.breaker(agent_id))
+        except TRANSIENT_ERRORS:
+            return seen[1] if seen is not None else 0  # Redis away: our own view
+        until = int(raw) if raw is not None else 0
+        self._seen[agent_id] = (now, until)
+        return until

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mesh.router.plan import Plan, RouteChoice
-from mesh.router.reasons import Ending, ending_of, no_agent, time_left_ms
+from mesh.router.reasons import Ending, downstream_busy, ending_of, no_agent, time_left_ms
 from schemas import RouteInfo, TaskEnvelope
 
 if TYPE_CHECKING:
@@ -51,6 +51,13 @@ class Chooser:
             original = returned.original
             route = original.route or RouteInfo(strategy="target")
             return Plan(original, RouteChoice(backlog, route), None, patient=True)
+        target = envelope.target
+        if (
+            choice is not None
+            and target is not None
+            and not await self.deps.selector.admits(target)
+        ):
+            choice, ending = None, downstream_busy(target)
         if ending is None and choice is None:
             ending = no_agent(envelope)
         if returned is not None:

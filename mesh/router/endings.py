@@ -64,12 +64,13 @@ class Endings:
         for each in sorted(waiters):
             await deps.reply(each, result)
         await deps.store.mark_replied(envelope.task_id)
-        await deps.dead_letter(
-            reason,
-            raw,
-            details={"code": code, "message": message, **(details or {})},
-            task_id=envelope.task_id,
-        )
+        if reason is not None:
+            await deps.dead_letter(
+                reason,
+                raw,
+                details={"code": code, "message": message, **(details or {})},
+                task_id=envelope.task_id,
+            )
         await deps.emit(envelope, (status,), {"code": code, "message": message})
 
     async def refuse(self, envelope: TaskEnvelope, body: bytes, refusal: Refusal) -> None:

@@ -37,6 +37,11 @@ class Selector(Protocol):
         """Does `agent_id` hold a live lease (an instance that takes its queue)?"""
         ...
 
+    async def admits(self, agent_id: str) -> bool:
+        """May a task go to `agent_id` now (a target, a handoff)? False while its circuit
+        breaker is open, this router's or another's."""
+        ...
+
 
 class NoSelector:
     """Used until semantic routing is configured: only `target` envelopes are routable."""
@@ -49,6 +54,9 @@ class NoSelector:
 
     def is_live(self, agent_id: str) -> bool:
         return False  # unknown without a snapshot: an expired dispatch is rerouted
+
+    async def admits(self, agent_id: str) -> bool:
+        return True  # no outcomes followed, no breakers
 
 
 def decision_event(

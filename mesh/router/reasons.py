@@ -14,10 +14,11 @@ from schemas.result import Status
 
 
 class Ending(NamedTuple):
-    """A task the router ends itself: status, dead-letter queue, error code and message."""
+    """A task the router ends itself: status, dead-letter queue (None: no dead letter),
+    error code and message."""
 
     status: Status
-    reason: DeadReason
+    reason: DeadReason | None
     code: str
     message: str
     details: dict[str, Any] | None = None
@@ -38,6 +39,18 @@ def no_agent(envelope: TaskEnvelope) -> Ending:
         "no_agent",
         "no live agent matches the task",
         {"excluded_agents": envelope.excluded_agents},
+    )
+
+
+def downstream_busy(agent_id: str) -> Ending:
+    """`agent_id`'s breaker is open: the caller is told at once, its deadline not spent, and
+    nothing is dead-lettered (the task was never the mesh's to keep)."""
+    return Ending(
+        "failed",
+        None,
+        "downstream_busy",
+        f"agent {agent_id!r} is failing (its circuit breaker is open); try again later",
+        {"target": agent_id},
     )
 
 
@@ -83,4 +96,4 @@ def death_reason(headers: dict[str, Any]) -> str:
     return "unknown"
 
 
-__all__ = ["Ending", "death_reason", "ending_of", "no_agent", "time_left_ms"]
+__all__ = ["Ending", "death_reason", "downstream_busy", "ending_of", "no_agent", "time_left_ms"]

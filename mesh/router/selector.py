@@ -26,7 +26,7 @@ from mesh.messaging import Publisher
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.batcher import QueryBatcher
 from mesh.router.bids import BidCollector
-from mesh.router.breaker import BreakerBoard
+from mesh.router.breaker import BreakerBoard, SharedBreakers
 from mesh.router.embedding import Embedder
 from mesh.router.index import CapabilityIndex
 from mesh.router.keeper import IndexKeeper
@@ -70,11 +70,14 @@ class SemanticSelector(Lifecycle):
         self.index = CapabilityIndex(embedder.dim, memory_size=s.example_memory_size)
         self.threshold = resolve_threshold(s, embedder.model_id)
         self.weights = ScoreWeights.from_settings(s, threshold=self.threshold)
+        #: breaker openings shared with every router through Redis
+        self.shared_breakers = SharedBreakers(conn.redis, conn.keys)
         self.breakers = BreakerBoard(
             window_s=s.breaker_window_s,
             failure_ratio=s.breaker_failure_ratio,
             min_calls=s.breaker_min_calls,
             open_s=s.breaker_open_s,
+            on_open=self.shared_breakers.publish,
         )
         self.batcher = QueryBatcher(embedder, s.embed_batch_size)
         self.bids = BidCollector(conn, self.publisher)
@@ -164,6 +167,15 @@ class SemanticSelector(Lifecycle):
             # nothing to dispatch: the decision log still says why
             await self.publisher.emit(decision_event(envelope, None, {}, explain))
         return choice
+
+    async def admits(self, agent_id: str) -> bool:
+        """May a task go to `agent_id` now: its breaker (this router's, or another's through
+        Redis) is not open, or half-open with no probe out yet."""
+        if not self.breakers.allows(agent_id):
+            return False
+        if self.breakers.state(agent_id) == "half_open":
+            return True  # this router's probe: the shared opening is what it tests
+        return await self.shared_breakers.open_until_ms(agent_id) <= now_ms()
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
         """The router published `choice` and it was confirmed: now it counts."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from mesh.dispatch.context import parse_ref
 from mesh.dispatch.store import Holder
-from mesh.errors import ContextNotFound, EffectUnknown, StaleFencingToken
+from mesh.errors import ContextNotFound, DownstreamBusy, EffectUnknown, StaleFencingToken
 from mesh.results import error_result
 from mesh.worker.deps import TaskDeps
 from schemas import Result, TaskEnvelope, now_ms
@@ -121,6 +121,10 @@ class TaskContext:
         `timeout_ms` asks for less), this task as parent, the trajectory extended by this
         agent and the current `context_ref`. A task with no time left gets an ``expired``
         Result without publishing anything.
+
+        Raises:
+            DownstreamBusy: the target's circuit breaker is open; the router answered at
+                once (catch it to answer with a degraded reply).
         """
         parent = self.envelope
         budget = int(self.time_left_ms() * HANDOFF_SHARE)
@@ -153,4 +157,6 @@ class TaskContext:
         with hooks.handoff(child, self.agent_id, self.instance_id, budget):
             result = await waiting
             hooks.annotate(result.status, result.error.code if result.error else None)
-            return result
+        if result.error is not None and result.error.code == "downstream_busy":
+            raise DownstreamBusy(target or capability, result.error.message)
+        return result

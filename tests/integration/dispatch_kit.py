@@ -38,6 +38,9 @@ class OrderedSelector:
     def is_live(self, agent_id: str) -> bool:
         return agent_id in self.live
 
+    async def admits(self, agent_id: str) -> bool:
+        return True
+
     #: agents this selector reports live (a test's stand-in for the registry's snapshot)
     live: frozenset[str] = frozenset()
 
