@@ -35,8 +35,10 @@ if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
 else
   say "starting redis on 127.0.0.1:6379"
   $SUDO mkdir -p /var/lib/redis /var/log/redis
+  # a memory cap that refuses writes instead of evicting a claim (README "Redis settings")
   $SUDO redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" \
-    --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    --appendonly no --maxmemory 1gb --maxmemory-policy noeviction \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
   wait_for 30 redis redis-cli -h 127.0.0.1 -p 6379 ping
 fi
 

@@ -149,6 +149,18 @@ class RedisAclRefused(AccessError):
     """The Redis user of ``MESH_REDIS_URL`` may not manage ACL users."""
 
 
+class RedisFunctionsMissing(MeshError, LookupError):
+    """Redis lacks a function library of the mesh and this login may not load it."""
+
+    def __init__(self, library: str) -> None:
+        self.library = library
+        super().__init__(
+            f"Redis has no function library {library!r} and this login may not load it: "
+            "run `mesh access provision` (it loads the mesh's Redis functions as the "
+            "operator) after every upgrade and after Redis lost its data"
+        )
+
+
 __all__ = [
     "AccessError",
     "CalibrationDataError",
@@ -161,6 +173,7 @@ __all__ = [
     "NotStarted",
     "PublishNacked",
     "RedisAclRefused",
+    "RedisFunctionsMissing",
     "RegistryError",
     "RegistryUnavailable",
     "Reject",

@@ -5,6 +5,11 @@ the current master of ``MESH_REDIS_SENTINEL_MASTER`` and asks again whenever a c
 to it fails, so a Sentinel failover is followed without a restart. ``MESH_REDIS_URL``
 still gives the login, the database and TLS (``rediss://``, with redis-py's ``ssl_*``
 query options such as ``ssl_ca_certs``) of the data connections.
+
+While a script or function runs longer than ``busy-reply-threshold`` (5 s by default)
+Redis answers every other command ``BUSY``; redis-py has no class for that answer, so
+`redis_client` registers `RedisBusy` for it, which `mesh.retrying.TRANSIENT_ERRORS` holds:
+a stall is retried like an outage, not treated as a bad request.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as redis_asyncio
+from redis._parsers.base import BaseParser
 from redis.asyncio.connection import SSLConnection, parse_url
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ResponseError
 
 from mesh.errors import ConfigError
 
@@ -21,6 +28,17 @@ from mesh.errors import ConfigError
 REDIS_MAX_CONNECTIONS = 256
 
 Redis = redis_asyncio.Redis
+
+
+class RedisBusy(ResponseError):
+    """Redis answered BUSY: a script or function is running (``SCRIPT KILL`` or
+    ``FUNCTION KILL`` as the operator ends it); the command may be tried again."""
+
+
+def register_busy_reply() -> None:
+    """Make redis-py raise `RedisBusy` for a ``BUSY`` answer (idempotent; every client of
+    the process, its parsers share one table)."""
+    BaseParser.EXCEPTION_CLASSES.setdefault("BUSY", RedisBusy)
 
 
 def parse_sentinels(value: str) -> list[tuple[str, int]]:
@@ -47,6 +65,7 @@ def redis_client(
     connect_timeout_s: float = 5.0,
 ) -> Redis:
     """A client for `url`, or for the Sentinel master `master` when `sentinels` is set."""
+    register_busy_reply()
     common: dict[str, Any] = {
         "socket_connect_timeout": connect_timeout_s,
         "health_check_interval": 10,
@@ -92,4 +111,10 @@ class _SentinelRedis(redis_asyncio.Redis):
                 await each.aclose()
 
 
-__all__ = ["REDIS_MAX_CONNECTIONS", "parse_sentinels", "redis_client"]
+__all__ = [
+    "REDIS_MAX_CONNECTIONS",
+    "RedisBusy",
+    "parse_sentinels",
+    "redis_client",
+    "register_busy_reply",
+]

@@ -29,6 +29,9 @@ from tenacity import (
     wait_exponential,
 )
 
+from mesh.errors import RedisFunctionsMissing
+from mesh.redis_pool import RedisBusy
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -38,11 +41,22 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     aio_pika.exceptions.AMQPConnectionError,
     aio_pika.exceptions.ChannelClosed,
     aiormq.exceptions.ChannelInvalidStateError,
+    # BusyLoadingError (LOADING: a restarted Redis reads its data) is one of these
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
+    # BUSY: a script or function runs (`mesh.redis_pool.RedisBusy`)
+    RedisBusy,
     ConnectionError,
     asyncio.TimeoutError,
     OSError,
+)
+
+#: every error a Redis call ends in, transient or not (away, BUSY, a refused command, OOM
+#: under ``noeviction``, a missing function library): what a background loop that must
+#: outlive any Redis trouble catches, reports (`mesh.redis_health`) and retries
+REDIS_FAILURES: tuple[type[BaseException], ...] = (
+    redis.exceptions.RedisError,
+    RedisFunctionsMissing,
 )
 
 #: how long a publish keeps trying through an outage before it gives up
@@ -89,4 +103,11 @@ async def quietly(action: Awaitable[object]) -> bool:
     return True
 
 
-__all__ = ["PUBLISH_RETRY_S", "TRANSIENT_ERRORS", "policy", "quietly", "with_retries"]
+__all__ = [
+    "PUBLISH_RETRY_S",
+    "REDIS_FAILURES",
+    "TRANSIENT_ERRORS",
+    "policy",
+    "quietly",
+    "with_retries",
+]

@@ -19,8 +19,10 @@ What `provision` does, in order, so that no user ever holds more than its plan:
 4. the dead-letter policy and, when asked, the vhost's ``max-queues``;
 5. with `operator`: the operator login (`OPERATOR_REDIS_RULES`), the one `mesh access`
    itself runs as afterwards: a broker administrator and a Redis ACL user that may manage
-   ACL users and kill clients and scripts, and no key (new: fresh passwords; existing:
-   kept, its rules re-applied);
+   ACL users, kill clients and scripts and load the mesh's functions, and no key (new:
+   fresh passwords; existing: kept, its rules re-applied); then the mesh's Redis function
+   libraries (`LIBRARIES`, ``FUNCTION LOAD REPLACE``): the only server-side code a role
+   may run (FCALL; no role may EVAL or load code of its own);
 6. with `guest`: that broker user loses its password (``password_hash ""``: it cannot log
    in; ``rabbitmqctl change_password guest guest`` undoes it), the last management call;
 7. with ``redis_default_off`` last: ``ACL SETUSER default off``.
@@ -62,6 +64,7 @@ from mesh.access.roles import (
     dead_letter_policy,
 )
 from mesh.config import Settings, mask_url
+from mesh.dispatch import lua as dispatch_lua
 from mesh.errors import (
     AccessError,
     RedisAclRefused,
@@ -70,8 +73,11 @@ from mesh.errors import (
     UserConflict,
     VhostMissing,
 )
+from mesh.functions import Library
 from mesh.keys import Keys
 from mesh.management import Management
+from mesh.registry import fencing, lease, state
+from mesh.router import memory
 from mesh.topology import Topology
 
 logger = logging.getLogger(__name__)
@@ -88,7 +94,8 @@ DEFAULT_GUEST = "guest"
 #: broker tags of the operator: the management API's administrator, and ours
 OPERATOR_TAGS = ("administrator", PROVISIONED_TAG)
 #: Redis rules of the operator (after ``reset``): ACL users, CLIENT KILL (``+@connection``),
-#: the two kills no role has (a runaway Lua script or function), no key and no data command
+#: the two kills no role has (a runaway Lua script or function), loading the mesh's
+#: function libraries (`LIBRARIES`), no key and no data command
 OPERATOR_REDIS_RULES = (
     "resetchannels",
     "-@all",
@@ -97,6 +104,16 @@ OPERATOR_REDIS_RULES = (
     "+client|kill",
     "+script|kill",
     "+function|kill",
+    "+function|load",
+    "+function|list",
+)
+#: every Redis function library of the mesh: the only code its roles may run (FCALL)
+LIBRARIES: tuple[Library, ...] = (
+    dispatch_lua.LIBRARY,
+    fencing.LIBRARY,
+    lease.LIBRARY,
+    state.LIBRARY,
+    memory.LIBRARY,
 )
 #: ACL rule prefixes that name key patterns (``~p``, ``%R~p``, ``%W~p``, ``%RW~p``)
 _KEY_RULE = ("~", "%R~", "%W~", "%RW~")
@@ -234,6 +251,8 @@ class ProvisionReport:
     guest: tuple[str, Switch] | None = None
     #: what became of Redis' `default` user; None: it was left as it is
     redis_default: Switch | None = None
+    #: the Redis function libraries loaded (`LIBRARIES`)
+    functions: tuple[str, ...] = ()
 
     def credentials(self) -> list[Credentials]:
         return [r.credentials for r in self.results if r.credentials is not None]
@@ -334,6 +353,8 @@ class Provisioner:
         made = None
         if operator is not None and operator_status is not None:
             made = self._apply_operator(operator, *operator_status)
+        # after the operator's rules (an operator of an older version gains function|load)
+        functions = self.load_functions()
         guest_done = (guest, self._disable_guest(guest)) if guest is not None else None
         default_done = self._default_off() if redis_default_off else None
         return ProvisionReport(
@@ -344,7 +365,32 @@ class Provisioner:
             operator=made,
             guest=guest_done,
             redis_default=default_done,
+            functions=functions,
         )
+
+    def load_functions(self, libraries: Sequence[Library] = LIBRARIES) -> tuple[str, ...]:
+        """``FUNCTION LOAD REPLACE`` of each library (idempotent); their names.
+
+        Raises:
+            RedisAclRefused: the Redis login may not load functions.
+        """
+        for library in libraries:
+            try:
+                library.load_sync(self._redis)
+            except NoPermissionError:
+                raise RedisAclRefused(
+                    f"Redis at {self._redis_masked} refused FUNCTION LOAD to this login: set "
+                    "MESH_REDIS_URL to the operator (re-run `mesh access provision` as a "
+                    "user with +function|load, e.g. `default`, to give it that rule)"
+                ) from None
+            except ResponseError as exc:
+                raise AccessError(f"Redis refused FUNCTION LOAD {library.name}: {exc}") from None
+            except (OSError, RedisError):
+                raise ServiceUnavailable(
+                    "Redis", self._redis_masked, "start it with `bash infra/up.sh`"
+                ) from None
+            logger.info("Redis function library %s loaded", library.name)
+        return tuple(library.name for library in libraries)
 
     # --- the operator, guest and Redis' default user ----------------------------------------
     def _check_operator(self, name: str) -> tuple[Status, Status]:
@@ -703,6 +749,7 @@ def write_env_dir(directory: Path, credentials: Sequence[EnvBlock]) -> list[Path
 __all__ = [
     "DEFAULT_GUEST",
     "DEFAULT_OPERATOR",
+    "LIBRARIES",
     "OPERATOR_REDIS_RULES",
     "Credentials",
     "Endpoints",

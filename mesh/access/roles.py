@@ -274,7 +274,8 @@ class RedisAcl:
 
     @property
     def scripting(self) -> bool:
-        return "+@all" in self.commands
+        """Whether the user may call the mesh's Redis functions (never EVAL: `_LUA_COMMANDS`)."""
+        return "+fcall" in self.commands
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,11 +325,46 @@ class Plan:
 
 # --- Redis ---------------------------------------------------------------------------------
 _SENTINEL = "\x00"
-#: Lua roles: everything but @dangerous, and no way to load or flush server-side code
-_LUA_COMMANDS = ("-@all", "+@all", "-@dangerous", "-function", "-script|flush", "-script|kill")
-_READ_ONLY_COMMANDS = ("-@all", "+@read", "+@connection", "-@dangerous", "-@scripting")
+#: commands no role gets: a key-name listing that crosses tenants (SCAN, RANDOMKEY; KEYS
+#: is @dangerous), another database (the key patterns hold in all of them) and SELECT,
+#: which the mesh never sends (it uses one database; keys carry the tenant)
+_NO_ROLE_COMMANDS = ("-scan", "-randomkey", "-dbsize", "-select", "-move", "-copy")
+#: Lua roles: data commands, no @dangerous, and of the scripting commands only the
+#: mesh's Redis functions (FCALL): no EVAL, SCRIPT LOAD/DEBUG or FUNCTION LOAD, so no role
+#: runs code of its own that could block Redis for everyone (`mesh.functions`); TIME is
+#: what the functions read the clock with
+_LUA_COMMANDS = (
+    "-@all",
+    "+@read",
+    "+@write",
+    "+@connection",
+    "+@transaction",
+    "+time",
+    "-@dangerous",
+    "-@scripting",
+    *_NO_ROLE_COMMANDS,
+    "+fcall",
+    "+fcall_ro",
+)
+_READ_ONLY_COMMANDS = (
+    "-@all",
+    "+@read",
+    "+@connection",
+    "-@dangerous",
+    "-@scripting",
+    *_NO_ROLE_COMMANDS,
+)
 #: an observer reads, and writes its own keys (no Lua: it runs no script)
-_OBSERVER_COMMANDS = ("-@all", "+@read", "+@write", "+@connection", "-@dangerous", "-@scripting")
+_OBSERVER_COMMANDS = (
+    "-@all",
+    "+@read",
+    "+@write",
+    "+@connection",
+    "+time",
+    "-@dangerous",
+    "-@scripting",
+    *_NO_ROLE_COMMANDS,
+)
 #: a client runs no Redis command but PING: `connect` checks that Redis answers
 _NO_COMMANDS = ("-@all", "+ping")
 

@@ -7,11 +7,14 @@ and stores the result in one step: a stale token can never commit.
 Shared helper ``advance(task, hist, states, by, note, agent)`` applies a path of states all
 or nothing (first step skipped when already there), appends one history entry per step and
 returns ``(true, applied)`` or ``(false, current)``.
+
+`LIBRARY` holds them all as one Redis function library (`mesh.functions`): FCALL, no EVAL.
 """
 
 from __future__ import annotations
 
 from mesh.dispatch.states import TERMINAL, lua_table
+from mesh.functions import Library
 from mesh.registry.fencing import FENCE_LUA
 
 _TERMINAL = "{" + ", ".join(f'["{s}"]=true' for s in sorted(TERMINAL)) + "}"
@@ -296,4 +299,16 @@ return 1
 """
 )
 
-__all__ = ["ADVANCE", "APPLY_ONCE", "CLAIM", "FINISH", "RELEASE", "SEED", "SUBMIT"]
+#: every script above, as the function library the dispatch calls (`TaskStore`)
+LIBRARY = Library.of(
+    "dispatch",
+    advance=ADVANCE,
+    submit=SUBMIT,
+    claim=CLAIM,
+    finish=FINISH,
+    seed=SEED,
+    release=RELEASE,
+    apply_once=APPLY_ONCE,
+)
+
+__all__ = ["ADVANCE", "APPLY_ONCE", "CLAIM", "FINISH", "LIBRARY", "RELEASE", "SEED", "SUBMIT"]

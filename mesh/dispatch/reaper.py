@@ -16,7 +16,8 @@ import logging
 from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
-from mesh.retrying import TRANSIENT_ERRORS, with_retries
+from mesh.redis_health import RedisHealth
+from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS, with_retries
 from mesh.tasks import raise_if_cancelling
 from schemas import ErrorInfo, Result, now_ms
 
@@ -31,6 +32,8 @@ class Reaper:
         self.publisher = publisher
         self.lease_ttl_ms = int(lease_ttl_s * 1000)
         self.reaped = 0
+        #: whether the sweeps reach Redis (the health signal)
+        self.redis_health = RedisHealth("reaper")
 
     async def sweep(self) -> list[str]:
         """Fail every overdue task whose holder is gone; returns their task_ids."""
@@ -90,12 +93,18 @@ class Reaper:
         )
 
     async def run(self, interval_s: float) -> None:
-        """Sweep every `interval_s` until cancelled; an outage only skips a round."""
+        """Sweep every `interval_s` until cancelled; any failure only skips a round (a
+        Redis one is logged once per outage, `redis_health`)."""
         while True:
             try:
                 await self.sweep()
-            except TRANSIENT_ERRORS:
+                self.redis_health.ok()
+            except REDIS_FAILURES as exc:
+                self.redis_health.failed("the reaper's sweep", exc)
+            except TRANSIENT_ERRORS:  # an answer or event the broker did not take
                 logger.warning("reaper sweep skipped (transient failure)", exc_info=True)
+            except Exception:  # a bug must not stop the reaper: logged, next round
+                logger.exception("reaper sweep failed")
             raise_if_cancelling()
             await asyncio.sleep(interval_s)
 

@@ -1,4 +1,4 @@
-"""`TaskStore`: task state, claims and stored results in Redis, one Lua script per step.
+"""`TaskStore`: task state, claims and stored results in Redis, one Redis function per step.
 
 Layout (keys from `mesh.keys.Keys`): ``task(id)`` hash (state, trace_id, agent_id, times),
 ``task_history(id)`` list of ``{state, ts_ms, by, note}``, ``task_waiters(id)`` set of every
@@ -29,7 +29,7 @@ from mesh.config import Settings
 from mesh.dispatch import lua
 from mesh.keys import Keys
 from mesh.messaging import waiter_of
-from mesh.retrying import TRANSIENT_ERRORS
+from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
 from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
 from schemas.codec import loads
 
@@ -107,13 +107,14 @@ class TaskStore:
         self.instance_prefix = self.mesh.instance_prefix()
         #: the mesh's records under access control: each agent's steps are in its view
         self.views = settings.access_control and not keys.view
-        self._seed = redis.register_script(lua.SEED)
-        self._advance = redis.register_script(lua.ADVANCE)
-        self._submit = redis.register_script(lua.SUBMIT)
-        self._claim = redis.register_script(lua.CLAIM)
-        self._finish = redis.register_script(lua.FINISH)
-        self._release = redis.register_script(lua.RELEASE)
-        self._apply_once = redis.register_script(lua.APPLY_ONCE)
+        # Redis functions (FCALL), loaded by the operator or on first use (`mesh.functions`)
+        self._seed = lua.LIBRARY.bind(redis, "seed")
+        self._advance = lua.LIBRARY.bind(redis, "advance")
+        self._submit = lua.LIBRARY.bind(redis, "submit")
+        self._claim = lua.LIBRARY.bind(redis, "claim")
+        self._finish = lua.LIBRARY.bind(redis, "finish")
+        self._release = lua.LIBRARY.bind(redis, "release")
+        self._apply_once = lua.LIBRARY.bind(redis, "apply_once")
 
     def _task_keys(self, task_id: str) -> list[str]:
         return [self.keys.task(task_id), self.keys.task_history(task_id)]
@@ -464,8 +465,8 @@ class ReplyMarks:
             pipe.hset(self.store.keys.idem(task_id), "replied", "1")
         try:
             await pipe.execute()
-        except TRANSIENT_ERRORS:
-            logger.info("%d replied marks not written (Redis away)", len(pending))
+        except (*TRANSIENT_ERRORS, *REDIS_FAILURES) as exc:
+            logger.info("%d replied marks not written (Redis: %r)", len(pending), exc)
 
     async def close(self) -> None:
         task, self._task = self._task, None

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from mesh.errors import StaleFencingToken
+from mesh.functions import Library
 from mesh.keys import Keys
 
 FENCE_LUA = """
@@ -67,14 +68,19 @@ end
 ISSUE_LUA = NEXT_TOKEN_LUA + "return next_token(KEYS[1])"
 
 
+#: the scripts above as a Redis function library (`mesh.functions`: FCALL, no EVAL)
+LIBRARY = Library.of("fencing", issue=ISSUE_LUA, check=_CHECK_LUA)
+
+
 async def issue_token(redis: Any, keys: Keys, agent_id: str) -> int:
     """Next fencing token of `agent_id`: strictly greater than every one issued before,
     even by a Redis that has since lost its data."""
-    return int(await redis.eval(ISSUE_LUA, 1, keys.fence(agent_id)))
+    return int(await LIBRARY.bind(redis, "issue")(keys=[keys.fence(agent_id)]))
 
 
 async def check_token(redis: Any, keys: Keys, agent_id: str, instance_id: str, token: int) -> None:
     """Raise `StaleFencingToken` unless `token` is the current, live token of the instance."""
-    answer = int(await redis.eval(_CHECK_LUA, 1, keys.instance(instance_id), token))
+    check = LIBRARY.bind(redis, "check")
+    answer = int(await check(keys=[keys.instance(instance_id)], args=[token]))
     if answer != -1:
         raise StaleFencingToken(agent_id, token, answer or None)

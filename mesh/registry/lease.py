@@ -1,8 +1,8 @@
 """Leases in Redis: grant (with a fencing token), renew, release, and sweep lapsed ones.
 
-Every write is one Lua script, so it is atomic against any number of registry processes,
-and every script reads the time from Redis (``TIME``): leases, the fencing check of
-`mesh.registry.fencing` and the sweep share one clock.
+Every write is one Redis function (`LIBRARY`, called by FCALL), so it is atomic against
+any number of registry processes, and every script reads the time from Redis (``TIME``):
+leases, the fencing check of `mesh.registry.fencing` and the sweep share one clock.
 
 Layout (keys from `mesh.keys.Keys`), extending the instance hash of `fencing`:
 - ``instance(iid)`` hash: ``agent_id instance_id token status(up|down) lease_expires_ms
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mesh.functions import Library
 from mesh.keys import Keys
 from mesh.registry.fencing import NEXT_TOKEN_LUA
 from schemas import Registration, encode
@@ -142,6 +143,12 @@ return out
 )
 
 
+#: the scripts above as a Redis function library (`mesh.functions`: FCALL, no EVAL)
+LIBRARY = Library.of(
+    "lease", grant=_GRANT_LUA, renew=_RENEW_LUA, release=_RELEASE_LUA, sweep=_SWEEP_LUA
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """A granted lease: the fencing token and the lease's end, by Redis' clock."""
@@ -189,16 +196,16 @@ class Lapse:
 
 
 class LeaseStore:
-    """The registry's writes to Redis. Scripts are registered on the client (EVALSHA)."""
+    """The registry's writes to Redis: the functions of `LIBRARY` (FCALL)."""
 
     def __init__(self, redis: Any, keys: Keys, lease_ttl_s: float) -> None:
         self.keys = keys
         self.ttl_ms = round(lease_ttl_s * 1000)
         self._redis = redis
-        self._grant = redis.register_script(_GRANT_LUA)
-        self._renew = redis.register_script(_RENEW_LUA)
-        self._release = redis.register_script(_RELEASE_LUA)
-        self._sweep = redis.register_script(_SWEEP_LUA)
+        self._grant = LIBRARY.bind(redis, "grant")
+        self._renew = LIBRARY.bind(redis, "renew")
+        self._release = LIBRARY.bind(redis, "release")
+        self._sweep = LIBRARY.bind(redis, "sweep")
 
     async def grant(
         self,

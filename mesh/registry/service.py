@@ -33,13 +33,14 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
+from mesh.redis_health import RedisHealth
 from mesh.registry import protocol
 from mesh.registry.admission import Admission, Refusal
 from mesh.registry.agent_card import registration_from_card
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, Grant, LeaseStore
 from mesh.registry.state import load_state
-from mesh.retrying import TRANSIENT_ERRORS
+from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
 from mesh.tasks import raise_if_cancelling
 from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
 from mesh.wire import NoAck, Subscriber
@@ -66,6 +67,9 @@ PRUNE_INTERVAL_S = 60.0
 
 #: errors a registry survives (logged; the next message or tick tries again)
 TRANSIENT = TRANSIENT_ERRORS
+#: longest wait between two tries of heartbeats Redis failed to apply (doubling from
+#: the batch window): at most this long after Redis is back, the leases are renewed
+FLUSH_BACKOFF_MAX_S = 1.0
 
 
 class RegistryService(Lifecycle):
@@ -106,6 +110,8 @@ class RegistryService(Lifecycle):
             prefetch=self.settings.prefetch,
         )
         self._beats: list[tuple[Beat, str | None]] = []
+        #: whether the heartbeat flush and the sweep reach Redis (the health signal)
+        self.redis_health = RedisHealth(f"registry {self.registry_id}")
         self._beats_ready = asyncio.Event()
         self._renewed: dict[str, LeaseRow] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -164,7 +170,7 @@ class RegistryService(Lifecycle):
                     message.body,
                     details={"errors": [{"loc": "(type)", "msg": f"unknown type {kind!r}"}]},
                 )
-        except TRANSIENT:
+        except (*REDIS_FAILURES, *TRANSIENT):  # the sender tries again
             logger.warning(
                 "registry %s: %s message not handled", self.registry_id, kind, exc_info=True
             )
@@ -374,27 +380,44 @@ class RegistryService(Lifecycle):
 
     # --- heartbeats ----------------------------------------------------------------------
     async def _flush_loop(self) -> None:
+        """Flush every batch window; while Redis fails, retry the kept heartbeats with a
+        doubling pause (at most `FLUSH_BACKOFF_MAX_S`). Nothing ends the loop but a cancel."""
+        pause = self.batch_window_s
         while True:
             raise_if_cancelling()
             await self._beats_ready.wait()
-            await asyncio.sleep(self.batch_window_s)
-            await self.flush_heartbeats()
+            await asyncio.sleep(pause)
+            try:
+                applied = await self.flush_heartbeats()
+            except TRANSIENT:  # a notice or event the broker did not take
+                logger.warning("registry %s: heartbeat answers not sent", self.registry_id)
+                applied = True
+            except Exception:  # a bug must not stop the renewals: logged, next round
+                logger.exception("registry %s: heartbeat flush failed", self.registry_id)
+                applied = True
+            if applied:
+                pause = self.batch_window_s
+            else:
+                pause = min(pause * 2, FLUSH_BACKOFF_MAX_S)
+                self._beats_ready.set()  # the kept heartbeats: try again
 
-    async def flush_heartbeats(self) -> None:
-        """Apply every queued heartbeat now (one Lua call per `max_batch`)."""
+    async def flush_heartbeats(self) -> bool:
+        """Apply every queued heartbeat now (one Redis call per `max_batch`).
+
+        When Redis fails a batch (away, BUSY with a script, any error) its heartbeats stay
+        queued, the newest of each instance, and False is returned: the next flush applies
+        them, so a lease whose holder beat in time is renewed once Redis answers again.
+        """
         self._beats_ready.clear()
         while self._beats:
             batch, self._beats = self._beats[: self.max_batch], self._beats[self.max_batch :]
             try:
                 renewals = await self.store.renew([b for b, _ in batch])
-            except TRANSIENT:
-                logger.warning(
-                    "registry %s: %d heartbeats not applied",
-                    self.registry_id,
-                    len(batch),
-                    exc_info=True,
-                )
-                continue
+            except (*REDIS_FAILURES, *TRANSIENT) as exc:
+                self._beats = _newest_of_each([*batch, *self._beats])
+                self.redis_health.failed("heartbeats", exc)
+                return False
+            self.redis_health.ok()
             self.stats["batches"] += 1
             self.stats["heartbeats"] += len(batch)
             for (beat, reply_to), r in zip(batch, renewals, strict=True):
@@ -418,6 +441,7 @@ class RegistryService(Lifecycle):
                         r.last_heartbeat_ms,
                     )
                 await self._lease_lost(beat, reply_to)
+        return True
 
     async def _lease_lost(self, beat: Beat, reply_to: str | None) -> None:
         if self._channel is None:
@@ -434,12 +458,19 @@ class RegistryService(Lifecycle):
 
     # --- sweep ---------------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
+        """Sweep every `sweep_interval_s`; any failure is logged and the next tick tries
+        again. While Redis fails, heartbeats kept from a failed flush are applied before
+        any lapse is claimed (a lease its holder renewed in time is not swept)."""
         last_leases = last_prune = time.monotonic()
         while True:
             raise_if_cancelling()
             await asyncio.sleep(self.settings.sweep_interval_s)
             try:
+                behind = not self.redis_health.healthy and bool(self._beats)
+                if behind and not await self.flush_heartbeats():
+                    continue
                 await self.sweep()
+                self.redis_health.ok()
                 if time.monotonic() - last_leases >= self.lease_event_s:
                     last_leases = time.monotonic()
                     await self.publish_leases()
@@ -450,8 +481,12 @@ class RegistryService(Lifecycle):
                     # control may not write the sets: the registry keeps them small)
                     last_prune = time.monotonic()
                     await load_state(self.conn.redis, self.conn.keys, prune=True)
-            except TRANSIENT:
+            except REDIS_FAILURES as exc:
+                self.redis_health.failed("sweep", exc)
+            except TRANSIENT:  # an event the broker did not take
                 logger.warning("registry %s: sweep failed", self.registry_id, exc_info=True)
+            except Exception:  # a bug must not stop the sweep: logged, next tick
+                logger.exception("registry %s: sweep failed", self.registry_id)
 
     async def sweep(self) -> int:
         """Claim every lapsed lease and publish its ``agent.down``; returns how many."""
@@ -517,6 +552,12 @@ class RegistryService(Lifecycle):
         await self.subscriber.close()
         await self.publisher.close()
         self._store = None
+
+
+def _newest_of_each(beats: list[tuple[Beat, str | None]]) -> list[tuple[Beat, str | None]]:
+    """The last heartbeat of each instance in `beats` (later is newer), in that order."""
+    newest = {beat.instance_id: (beat, reply_to) for beat, reply_to in beats}
+    return list(newest.values())
 
 
 def _text(value: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mesh.functions import Library
 from mesh.keys import Keys
 from schemas import InvalidEnvelope, Registration, decode
 
@@ -150,13 +151,20 @@ return 0
 """
 
 
+#: `_PRUNE_LUA` as a Redis function library (`mesh.functions`: FCALL, no EVAL)
+LIBRARY = Library.of("state", prune=_PRUNE_LUA)
+
+
 async def _prune(redis: Any, keys: Keys, forgotten: list[tuple[str, str]]) -> None:
     """Forget instance ids whose hash expired: process restarts leave a new id each time,
     and the sets would otherwise grow for ever."""
-    pipe = redis.pipeline(transaction=False)
-    for agent_id, iid in forgotten:
-        pipe.eval(_PRUNE_LUA, 2, keys.agent_instances(agent_id), keys.instance(iid), iid)
-    await pipe.execute()
+    prune = LIBRARY.bind(redis, "prune")
+
+    def fill(pipe: Any) -> None:
+        for agent_id, iid in forgotten:
+            prune.queue(pipe, [keys.agent_instances(agent_id), keys.instance(iid)], [iid])
+
+    await prune.pipelined(fill)
 
 
 def _registration(raw: bytes | str | None) -> Registration | None:

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mesh.functions import Library
 from mesh.keys import Keys
 
 Kind = Literal["completed", "failed", "rejected", "good", "bad"]
@@ -60,6 +61,9 @@ if slot >= size then return -3 end
 redis.call('HSET', KEYS[1], 'slot:' .. slot, ARGV[2])
 return slot
 """
+
+#: `_RECORD_LUA` as a Redis function library (`mesh.functions`: FCALL, no EVAL)
+LIBRARY = Library.of("memory", record=_RECORD_LUA)
 
 #: how long the once-per-outcome marker lives (a report later than this counts again)
 MARKER_TTL_S = 7 * 86_400
@@ -117,7 +121,7 @@ class ExampleMemory:
         self.keys = keys
         self.size = size
         self._rng = random.Random()
-        self._record = redis.register_script(_RECORD_LUA)
+        self._record = LIBRARY.bind(redis, "record")
 
     async def record(
         self,
@@ -144,26 +148,28 @@ class ExampleMemory:
         """`record` for many outcomes in one pipelined round trip, answers in order."""
         if not outcomes:
             return []
-        pipe = self.redis.pipeline(transaction=False)
-        for o in outcomes:
-            await self._record(
-                keys=[
-                    self.keys.memory(o.agent_id),
-                    self.keys.stats(o.agent_id),
-                    self.keys.memory_marker(o.agent_id, f"{o.task_id}:{o.kind}"),
-                    self.keys.memory_marker(o.agent_id, f"{o.task_id}:bad"),
-                ],
-                args=[
-                    o.kind,
-                    o.learn_text or "",
-                    self.size,
-                    MARKER_TTL_S,
-                    self._rng.randrange(1 << 30),
-                    o.unlearn_text or "",
-                ],
-                client=pipe,
-            )
-        return [int(a) for a in await pipe.execute()]
+
+        def fill(pipe: Any) -> None:
+            for o in outcomes:
+                self._record.queue(
+                    pipe,
+                    keys=[
+                        self.keys.memory(o.agent_id),
+                        self.keys.stats(o.agent_id),
+                        self.keys.memory_marker(o.agent_id, f"{o.task_id}:{o.kind}"),
+                        self.keys.memory_marker(o.agent_id, f"{o.task_id}:bad"),
+                    ],
+                    args=[
+                        o.kind,
+                        o.learn_text or "",
+                        self.size,
+                        MARKER_TTL_S,
+                        self._rng.randrange(1 << 30),
+                        o.unlearn_text or "",
+                    ],
+                )
+
+        return [int(a) for a in await self._record.pipelined(fill)]
 
     async def load(self, agent_id: str) -> Memory:
         pipe = self.redis.pipeline(transaction=False)

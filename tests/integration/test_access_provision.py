@@ -28,8 +28,10 @@ from mesh.access.provision import Credentials, Provisioner
 from mesh.access.roles import AccessScope, Role
 from mesh.cli.main import main
 from mesh.config import Settings
+from mesh.dispatch import lua as dispatch_lua
 from mesh.keys import Keys
 from mesh.management import Management
+from mesh.registry import fencing
 from mesh.topology import DELAY_HEADER
 from tests.integration.access_kit import (
     AGENT_A,
@@ -83,6 +85,20 @@ def _refused(exc: BaseException, code: int, name: str) -> str:
     text = str(exc.args[0])
     assert text.startswith(name), text
     return text
+
+
+#: what no role may run: code of its own, another database, or a listing of key names
+_NO_SCRIPTS = (
+    ("EVAL", "return 1", "0"),
+    ("EVAL_RO", "return 1", "0"),
+    ("SCRIPT", "LOAD", "return 1"),
+    ("SCRIPT", "DEBUG", "YES"),
+    ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('x', function() end)"),
+    ("FUNCTION", "FLUSH"),
+    ("SCAN", "0"),
+    ("RANDOMKEY",),
+    ("SELECT", "1"),
+)
 
 
 async def _refused_in_redis(
@@ -263,26 +279,31 @@ async def test_a_worker_cannot_retry_into_another_agents_queue(
     )
 
 
-async def test_the_worker_redis_user_runs_scripts_on_its_agents_task_keys_only(
+async def test_the_worker_redis_user_runs_the_mesh_functions_on_its_agents_task_keys_only(
     mesh_access: Provisioned, redis_login: Callable[[Credentials], redis_asyncio.Redis]
 ) -> None:
     worker = redis_login(mesh_access.creds(Role("worker", AGENT_A)))
     keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     task_id = uuid.uuid4().hex
-    script = (
-        "redis.call('HSET', KEYS[1], 'state', ARGV[1]) return redis.call('HGET', KEYS[1], 'state')"
-    )
-    own = keys.for_agent(AGENT_A).task(task_id)
-    assert await worker.eval(script, 1, own, "processing") == b"processing"
-    for foreign in (keys.task(task_id), keys.for_agent(AGENT_B).task(task_id)):
-        with pytest.raises(ResponseError) as info:  # the mesh's record, another agent's
-            await worker.eval(script, 1, foreign, "processing")
+    advance = dispatch_lua.LIBRARY.bind(worker, "advance")
+
+    def task_keys(k: Keys) -> list[str]:
+        return [k.task(task_id), k.task_history(task_id)]
+
+    args = [60_000, "test", "", "", "submitted"]
+    view = keys.for_agent(AGENT_A)
+    assert await advance(keys=task_keys(view), args=args) == [1, b"submitted"]
+    assert await worker.hget(view.task(task_id), "state") == b"submitted"
+    for foreign in (keys, keys.for_agent(AGENT_B)):  # the mesh's record, another agent's
+        with pytest.raises(ResponseError) as info:
+            await advance(keys=task_keys(foreign), args=args)
         assert "NOPERM" in str(info.value) or "no permissions" in str(info.value)
-    with pytest.raises(ResponseError) as info:  # a registry key, even from inside Lua
-        await worker.eval("return redis.call('INCR', KEYS[1])", 1, keys.fence(AGENT_A))
+    with pytest.raises(ResponseError) as info:  # a registry key, even from inside a function
+        await fencing.LIBRARY.bind(worker, "issue")(keys=[keys.fence(AGENT_A)])
     assert "NOPERM" in str(info.value) or "no permissions" in str(info.value)
     user = mesh_access.user(Role("worker", AGENT_A))
-    for command in (("FLUSHALL",), ("CONFIG", "GET", "maxmemory"), ("KEYS", "*")):
+    refused = [("FLUSHALL",), ("CONFIG", "GET", "maxmemory"), ("KEYS", "*"), *_NO_SCRIPTS]
+    for command in refused:
         await _refused_in_redis(mesh_access, worker, user, *command)
 
 
@@ -327,13 +348,15 @@ async def test_service_redis_users_touch_their_own_keys_and_nothing_dangerous(
     client = redis_login(mesh_access.creds(role))
     keys = Keys(mesh_access.scope.namespace, mesh_access.scope.vhost)
     own = {"admin": keys.task("x"), "router": keys.idem("x"), "registry": keys.fence("x")}
-    assert await client.eval("return redis.call('INCR', KEYS[1])", 1, own[role.kind]) == 1
+    # the mesh's functions run (a fencing token: INCR, floored by Redis' clock)
+    assert await fencing.LIBRARY.bind(client, "issue")(keys=[own[role.kind]]) > 10**15
     if role.kind != "admin":
         other = keys.fence("x") if role.kind == "router" else keys.task("x")
         with pytest.raises(NoPermissionError):
             await client.incr(other)
     user = mesh_access.user(role)
-    for command in (("FLUSHDB",), ("CONFIG", "GET", "maxmemory"), ("SHUTDOWN", "NOSAVE")):
+    refused = [("FLUSHDB",), ("CONFIG", "GET", "maxmemory"), ("SHUTDOWN", "NOSAVE")]
+    for command in [*refused, *_NO_SCRIPTS]:
         await _refused_in_redis(mesh_access, client, user, *command)
 
 

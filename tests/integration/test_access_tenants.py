@@ -22,6 +22,7 @@ from redis.exceptions import NoPermissionError
 from mesh.access.provision import Credentials, Provisioner, ProvisionReport
 from mesh.access.roles import AccessScope, Role, build_plan, redis_key_patterns, roles_for
 from mesh.config import Settings
+from mesh.dispatch import lua as dispatch_lua
 from mesh.errors import TenantConflict
 from mesh.keys import Keys
 from mesh.management import Management
@@ -146,7 +147,11 @@ async def test_the_findings_refused_for_real_with_each_roles_own_login(
             worker.get(k1.context(task, 1)),
             worker.hgetall(k1.idem(task)),
             worker.set(k1.sealed(AGENT, task), "forged"),
-            worker.eval("return redis.call('GET', KEYS[1])", 1, k1.context(task, 1)),
+            # a mesh function on the other tenant's keys (its agent's view of the task)
+            dispatch_lua.LIBRARY.bind(worker, "advance")(
+                keys=[k1.for_agent(AGENT).task(task), k1.for_agent(AGENT).task_history(task)],
+                args=[60_000, "forged", "", "", "submitted"],
+            ),
             registry.hset(k1.agent(AGENT), "capability", "forged"),
         ]
         for attempt in attempts:
