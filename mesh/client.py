@@ -9,6 +9,13 @@ is sent again, and a redelivered task is answered from its stored Result. The cl
 a Result to the requests waiting for its task and drops a copy nobody waits for any more
 (`duplicate_results`); a copy that disagrees with the first (another status or output)
 would mean a task ran twice and is counted in `conflicting_results` and logged.
+
+A request needs a router: before publishing, the client asks the broker whether one
+consumes the router queue (`mesh.router_watch`, a count above zero believed for 3 s) and,
+while a request waits, asks again every `ROUTER_RECHECK_S`. With none, a task that one of
+the caller's local rules (`mesh.local_rules`) matches goes straight to that rule's agent
+(``route.strategy="local_rule"``); any other fails at once with `NoRouter` instead of
+waiting out its timeout.
 """
 
 from __future__ import annotations
@@ -16,20 +23,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aiormq.exceptions import PublishError
 
 from mesh.access.roles import AccessScope, Role
 from mesh.connection import MeshConnection
-from mesh.errors import NotStarted, RequestTimeout
+from mesh.errors import NoRouter, NotStarted, RequestTimeout
 from mesh.hooks import NO_HOOKS, Hooks, hooks_for
 from mesh.lifecycle import Lifecycle
+from mesh.local_rules import LocalRules, rules_for
 from mesh.messaging import Publisher
 from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, with_retries
+from mesh.router_watch import RouterWatch
 from mesh.wire import AckAfter, Subscriber
-from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, new_id
+from schemas import InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, new_id, now_ms
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +47,14 @@ logger = logging.getLogger(__name__)
 REPLY_QUEUE_EXPIRES_MS = 600_000
 #: how many answered task ids the client remembers to recognise a Result sent twice
 ANSWERED_MEMORY = 10_000
+#: while a request waits, how often the client looks for a router again
+ROUTER_RECHECK_S = 1.5
+#: a waiting request fails with `NoRouter` once this many looks in a row found no router
+#: and ingress messages waiting (one look could fall between a broker restart and the
+#: routers' reconnect)
+ROUTERLESS_LOOKS = 2
+#: how `route.strategy` marks a task a local rule sent
+LOCAL_RULE_ROUTE = RouteInfo(strategy="local_rule")
 
 
 class MeshClient(Lifecycle):
@@ -48,7 +66,13 @@ class MeshClient(Lifecycle):
         *,
         client_id: str | None = None,
         on_result: Callable[[Result], None] | None = None,
+        local_rules: Mapping[str, str] | LocalRules | None = None,
+        wait_for_router: bool = False,
     ) -> None:
+        """`local_rules`: ``{pattern: agent_id}`` followed when no router consumes ingress
+        (default: the file ``MESH_LOCAL_RULES`` names, read by `start()`; none: `NoRouter`).
+        `wait_for_router`: never look for a router; with none, a request's task waits in
+        the router queue and the request until its timeout (a test playing the router)."""
         self.conn = conn
         #: called with every Result this client accepts, copies included, before it is
         #: handed to the waiting requests (load and fault benches record arrivals with it)
@@ -83,6 +107,14 @@ class MeshClient(Lifecycle):
         self._answered: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
         #: the client's spans once started (`mesh.hooks`)
         self.hooks: Hooks = NO_HOOKS
+        #: whether a router consumes the router queue (cached a few seconds)
+        self.watch = RouterWatch(conn)
+        self.wait_for_router = wait_for_router
+        self._given_rules = local_rules
+        #: where tasks go while no router runs (set by `start()`)
+        self.local_rules = LocalRules()
+        #: tasks a local rule sent straight to an agent
+        self.sent_by_rule = 0
 
     @property
     def reply_to(self) -> str:
@@ -93,6 +125,7 @@ class MeshClient(Lifecycle):
     async def start(self) -> MeshClient:
         if self._reply_queue is not None:
             return self
+        self.local_rules = rules_for(self._given_rules, self.settings, self.topology)
         await self.publisher.start()
         self.hooks = hooks_for(None, self.publisher.tracing)
         await self.topology.declare(self.publisher.channel)
@@ -179,7 +212,8 @@ class MeshClient(Lifecycle):
         return True
 
     async def submit(self, envelope: TaskEnvelope) -> TaskEnvelope:
-        """Publish `envelope` (with confirm) without waiting; returns what was sent."""
+        """Publish `envelope` (with confirm) to ingress without waiting; returns what was
+        sent. No router is looked for: with none, the task waits in the router queue."""
         if envelope.reply_to is None:
             envelope = envelope.model_copy(update={"reply_to": self.reply_to})
         # through a broker outage the publish is retried until the connection is back; a
@@ -212,6 +246,7 @@ class MeshClient(Lifecycle):
         Raises:
             pydantic.ValidationError: a field is out of bounds.
             RequestTimeout: no Result arrived in time.
+            NoRouter: no router consumes ingress and no local rule takes the task.
         """
         envelope = TaskEnvelope(capability=capability, payload=payload or {}, **fields)
         return await self.send(envelope, wait_s=wait_s)
@@ -223,20 +258,105 @@ class MeshClient(Lifecycle):
         fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(envelope.task_id, []).append(fut)
         try:
-            sent = await self.submit(envelope)
+            sent = await self._publish(envelope)
             limit = wait_s if wait_s is not None else sent.timeout_ms / 1000.0 + 5.0
-            try:
-                return await asyncio.wait_for(fut, timeout=limit)
-            except TimeoutError:
-                raise RequestTimeout(
-                    f"no Result for task_id={sent.task_id} within {limit:.1f}s"
-                ) from None
+            return await self._wait(sent, fut, limit)
         finally:
             waiters = self._waiters.get(envelope.task_id)
             if waiters is not None and fut in waiters:
                 waiters.remove(fut)
                 if not waiters:
                     del self._waiters[envelope.task_id]
+
+    async def _publish(self, envelope: TaskEnvelope) -> TaskEnvelope:
+        """To ingress while a router consumes it (or the broker does not say), else to the
+        agent of the first local rule matching the capability text.
+
+        Raises:
+            NoRouter: no router, and no local rule takes the task (nothing was published).
+        """
+        if self.wait_for_router or await self.watch.routers() != 0:
+            return await self.submit(envelope)
+        agent_id = self.local_rules.match(envelope.capability)
+        if agent_id is None:
+            reason = " and no local rule matches its text" if self.local_rules else ""
+            raise NoRouter(self.topology.router_queue, envelope.task_id, reason)
+        return await self.submit_to(envelope, agent_id)
+
+    async def submit_to(self, envelope: TaskEnvelope, agent_id: str) -> TaskEnvelope:
+        """Publish `envelope` (with confirm) straight to `agent_id`'s queue, bypassing the
+        routers, marked ``route.strategy="local_rule"``; returns what was sent.
+
+        Its worker records the task as it claims it (a task with no record starts at
+        ``accepted``) and answers `reply_to` itself. It waits in the agent's queue until
+        its deadline, then goes to the router queue like any expired dispatch.
+
+        Raises:
+            NoRouter: `agent_id` has no queue on the broker.
+        """
+        now = now_ms()
+        sent = envelope.model_copy(
+            update={
+                "reply_to": envelope.reply_to or self.reply_to,
+                "created_ms": envelope.created_ms or now,
+                "deadline_ms": envelope.deadline_ms or now + envelope.timeout_ms,
+                "route": LOCAL_RULE_ROUTE,
+            }
+        )
+        left_ms = max(1, (sent.deadline_ms or now) - now)
+        key = self.topology.agent_routing_key(agent_id, sent.priority)
+        published = with_retries(
+            lambda: self.publisher.publish_envelope(
+                self.topology.capabilities, key, sent, expiration_ms=left_ms, mandatory=True
+            ),
+            self.publish_retry_s,
+        )
+        try:
+            with self.hooks.ingress(sent, self.topology.capabilities):
+                await published
+        except PublishError:
+            reason = f" and agent {agent_id!r} of the matching local rule has no queue"
+            raise NoRouter(self.topology.router_queue, sent.task_id, reason) from None
+        self.sent_by_rule += 1
+        logger.warning(
+            "no router consumes %s: task_id=%s sent to agent=%s by a local rule",
+            self.topology.router_queue,
+            sent.task_id,
+            agent_id,
+        )
+        return sent
+
+    async def _wait(self, sent: TaskEnvelope, fut: asyncio.Future[Result], limit: float) -> Result:
+        """`fut`'s Result within `limit` seconds, looking for a router every few seconds.
+
+        Raises:
+            RequestTimeout: no Result in time.
+            NoRouter: no router consumed ingress for `ROUTERLESS_LOOKS` looks in a row while
+                ingress messages waited (the task is probably among them).
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + limit
+        # a task a local rule sent needs no router
+        routed = sent.route is None or sent.route.strategy != LOCAL_RULE_ROUTE.strategy
+        routed = routed and not self.wait_for_router
+        routerless = 0
+        while True:
+            left = end - loop.time()
+            if left <= 0:
+                raise RequestTimeout(f"no Result for task_id={sent.task_id} within {limit:.1f}s")
+            done, _ = await asyncio.wait({fut}, timeout=min(left, ROUTER_RECHECK_S))
+            if done:
+                return fut.result()
+            if not routed or end - loop.time() <= 0:
+                continue
+            seen = await self.watch.read(max_age_s=ROUTER_RECHECK_S / 2)
+            if seen is None or seen.routers or not seen.waiting:
+                routerless = 0
+                continue
+            routerless += 1
+            if routerless >= ROUTERLESS_LOOKS:
+                reason = " any more (the task waits there until one does)"
+                raise NoRouter(self.topology.router_queue, sent.task_id, reason)
 
     async def feedback(self, task_id: str, good: bool) -> str | None:
         """Tell the router whether a routed task went well; returns the agent it went to,
@@ -277,4 +397,5 @@ class MeshClient(Lifecycle):
             except TRANSIENT_ERRORS:
                 logger.info("reply queue of client %s left to x-expires", self.client_id)
         await self._replies.close()
+        await self.watch.close()
         await self.publisher.close()

@@ -355,6 +355,11 @@ class Settings(BaseModel):
     context_ttl_s: int = Field(default=86_400, ge=1)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
 
+    # --- a client without routers (`mesh.local_rules`)
+    #: file of `pattern -> agent_id` lines a `MeshClient` follows when no router consumes
+    #: ingress (unset: it fails with `NoRouter` instead)
+    local_rules: Path | None = None
+
     @field_validator("redis_sentinels")
     @classmethod
     def _check_sentinels(cls, value: str) -> str:

@@ -83,6 +83,19 @@ class DownstreamBusy(MeshError):
         super().__init__(message or f"agent {target!r} is failing (its breaker is open)")
 
 
+class NoRouter(MeshError, ConnectionError):
+    """No router consumes the router queue and no local rule of the client takes the task."""
+
+    def __init__(self, queue: str, task_id: str, reason: str = "") -> None:
+        self.queue = queue
+        self.task_id = task_id
+        self.reason = reason
+        super().__init__(
+            f"no router consumes {queue}{reason}, so task_id={task_id} is not routed: "
+            "check the routers with `mesh health router` (start one with `mesh router`)"
+        )
+
+
 class Retry(MeshError):
     """Raised by a handler: try this task again later (at most `max_retries` times)."""
 
@@ -170,6 +183,7 @@ __all__ = [
     "EffectUnknown",
     "ManagementRequestFailed",
     "MeshError",
+    "NoRouter",
     "NotStarted",
     "PublishNacked",
     "RedisAclRefused",

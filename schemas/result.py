@@ -30,7 +30,10 @@ class ErrorInfo(WireModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-Strategy = Literal["target", "semantic", "arbitration", "bid", "fallback", "exploration"]
+#: ``local_rule``: no router ran; a rule of the client sent the task (`mesh.local_rules`)
+Strategy = Literal[
+    "target", "semantic", "arbitration", "bid", "fallback", "exploration", "local_rule"
+]
 
 
 class RouteInfo(WireModel):

@@ -60,19 +60,6 @@ async def require_namespace(conn: MeshConnection, *, create: bool, can_create: b
     logger.warning("namespace %r does not exist yet: declaring it (--create)", ns)
 
 
-async def router_consumers(conn: MeshConnection) -> int | None:
-    """How many routers consume the router queue (None: the queue does not exist)."""
-    channel = await conn.channel(confirms=False)
-    try:
-        queue = await channel.declare_queue(conn.topology.router_queue, passive=True)
-    except aio_pika.exceptions.ChannelNotFoundEntity:
-        return None
-    count = queue.declaration_result.consumer_count
-    if not channel.is_closed:
-        await channel.close()
-    return count or 0
-
-
 def describe_channel_error(exc: aio_pika.exceptions.AMQPError, settings: Settings) -> str:
     """A broker refusal (PRECONDITION_FAILED, ACCESS_REFUSED, NOT_FOUND...) as one sentence."""
     text = str(exc.args[0]) if exc.args else str(exc)

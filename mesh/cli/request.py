@@ -1,7 +1,8 @@
 """`mesh request TEXT`: send one task and print its Result.
 
-Before publishing it asks the broker whether a router consumes the router queue and says
-so at once when none does; while it waits it prints a progress line every few seconds.
+With no router consuming the router queue it fails at once (`mesh.NoRouter`, the
+library's check; ``MESH_LOCAL_RULES`` sends a matching task straight to its agent instead);
+while it waits it prints a progress line every few seconds.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from mesh.cli._args import UsageError, add_create_flag, int_range, positive_float
-from mesh.cli._broker import require_namespace, router_consumers
+from mesh.cli._broker import require_namespace
 from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import connect
-from mesh.errors import RequestTimeout
+from mesh.errors import NoRouter, RequestTimeout
 from schemas import TaskEnvelope
 from schemas.codec import dumps, loads
 
@@ -123,15 +124,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     async def go() -> int:
         async with await connect(settings, name="mesh-request") as conn:
             await require_namespace(conn, create=args.create)
-            routers = await router_consumers(conn)
             async with MeshClient(conn) as client:
-                if not routers:
-                    print(
-                        f"mesh: no router is consuming {conn.topology.router_queue}; start one "
-                        "with `mesh router` (waiting anyway)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
                 waiting = asyncio.create_task(client.send(envelope, wait_s=args.wait_s))
                 started = time.monotonic()
                 while True:
@@ -146,7 +139,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                     )
                 try:
                     result = waiting.result()
-                except RequestTimeout as exc:
+                except (NoRouter, RequestTimeout) as exc:
                     print(f"mesh: {exc}", file=sys.stderr)
                     return 1
         print(dumps(result.model_dump(mode="json")).decode())

@@ -1,5 +1,5 @@
-"""`mesh request` without a router, namespaces the broker does not have, changed queue
-settings: each says so in one line, at once, with the documented exit code."""
+"""`mesh request` without a router (`mesh.NoRouter`), namespaces the broker does not have,
+changed queue settings: each says so in one line, at once, with the documented exit code."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.cli.main import main
 from mesh.connection import MeshConnection
@@ -42,7 +43,7 @@ def _exchanges(management: Management, namespace: str) -> set[str]:
     return {e["name"] for e in management.exchanges() if e["name"].startswith(namespace + ".")}
 
 
-async def test_request_without_a_router_says_so_at_once_then_shows_progress(
+async def test_request_without_a_router_fails_at_once(
     conn: MeshConnection,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -50,20 +51,41 @@ async def test_request_without_a_router_says_so_at_once_then_shows_progress(
     await _declare(conn)
     monkeypatch.setenv("MESH_NAMESPACE", conn.settings.namespace)
     started = time.monotonic()
-    code = await asyncio.to_thread(
-        main, ["request", "hello", "--wait-s", "1.2", "--progress-s", "0.5"]
-    )
+    code = await asyncio.to_thread(main, ["request", "hello", "--task-id", "t-1"])
     took = time.monotonic() - started
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 1
-    assert lines[0] == (
-        f"mesh: no router is consuming {conn.topology.router_queue}; start one with "
-        "`mesh router` (waiting anyway)"
+    assert lines == [
+        f"mesh: no router consumes {conn.topology.router_queue}, so task_id=t-1 is not "
+        "routed: check the routers with `mesh health router` (start one with `mesh router`)"
+    ]
+    assert took < 10  # connecting included; the task's own timeout is 30 s
+
+
+async def test_request_shows_progress_while_a_router_holds_it(
+    conn: MeshConnection,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await _declare(conn)
+    # a router that takes the task and never answers
+    channel = await conn.channel()
+    queue = await channel.get_queue(conn.topology.router_queue, ensure=False)
+    await queue.consume(_hold, no_ack=False)
+    monkeypatch.setenv("MESH_NAMESPACE", conn.settings.namespace)
+    code = await asyncio.to_thread(
+        main, ["request", "hello", "--wait-s", "1.2", "--progress-s", "0.5"]
     )
+    lines = capsys.readouterr().err.strip().splitlines()
+    await channel.close()
+    assert code == 1
     waiting = [line for line in lines if line.startswith("mesh: waiting for task_id=")]
     assert len(waiting) == 2, lines  # at 0.5 s and 1.0 s of a 1.2 s wait
     assert lines[-1].startswith("mesh: no Result for task_id=") and "1.2s" in lines[-1]
-    assert took < 30
+
+
+async def _hold(message: AbstractIncomingMessage) -> None:
+    """Keep the delivery unacked (the broker requeues it when the channel closes)."""
 
 
 async def test_a_namespace_the_broker_lacks_is_refused_unless_create(
@@ -82,8 +104,8 @@ async def test_a_namespace_the_broker_lacks_is_refused_unless_create(
     created = await asyncio.to_thread(
         _mesh, ["request", "hello", "--wait-s", "0.5", "--create"], ns
     )
-    assert created.returncode == 1  # nobody routes it: no Result within 0.5 s
-    assert "no router is consuming" in created.stderr
+    assert created.returncode == 1  # nobody routes it
+    assert f"no router consumes {ns}.router" in created.stderr
     assert f"{ns}.ingress" in _exchanges(management, ns)
 
 

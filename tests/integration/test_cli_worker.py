@@ -15,6 +15,7 @@ import pytest
 from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.registry.state import load_state
+from mesh.router_watch import RouterWatch
 from schemas import now_ms
 from tests.conftest import wait_until
 
@@ -96,6 +97,10 @@ async def test_worker_hosts_every_agent_of_a_module(
     _spawn(processes, ["router"], ROOT, ns, tmp_path / "router.err")
     worker = _spawn(processes, ["worker", "my_agents:*"], agent_dir, ns, tmp_path / "worker.err")
     await wait_until(lambda: _live(conn, {"cli.echo", "cli.shout"}), timeout=60, interval=0.2)
+    # a request with no router consuming fails at once (`mesh.NoRouter`): wait for it
+    watch = RouterWatch(conn)
+    await wait_until(lambda: watch.routers(fresh=True), timeout=60, interval=0.2)
+    await watch.close()
     async with MeshClient(conn) as client:
         echo = await client.request("hello", target="cli.echo", wait_s=60)
         shout = await client.request("hello", target="cli.shout", wait_s=60)

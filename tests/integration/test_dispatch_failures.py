@@ -183,7 +183,7 @@ async def test_deadline_passed_before_the_worker_took_it_is_not_executed(
 ) -> None:
     """Worker path: a dispatch that reaches a worker after its deadline is not run."""
     worker = await start_worker(conn, add_cleanup, effect_agent(conn))
-    async with MeshClient(conn) as client:
+    async with MeshClient(conn, wait_for_router=True) as client:
         envelope = TaskEnvelope(
             capability="late",
             target="effect",

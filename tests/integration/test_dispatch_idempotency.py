@@ -138,7 +138,7 @@ async def test_client_hands_out_the_first_copy_of_a_result_and_flags_a_conflict(
     add_cleanup(publisher.close)
     copies: list[Result] = []
     # no router: the Results are sent by hand; `on_result` sees every copy accepted
-    async with MeshClient(conn, on_result=copies.append) as client:
+    async with MeshClient(conn, on_result=copies.append, wait_for_router=True) as client:
         envelope = TaskEnvelope(capability="echo", reply_to=client.reply_to)
         waiting = asyncio.ensure_future(client.send(envelope, wait_s=10))
         first = Result(task_id=envelope.task_id, status="completed", output={"n": 1})

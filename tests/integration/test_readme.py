@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,8 +70,10 @@ def test_the_agent_and_client_examples_run_as_printed(folder: Path, env: dict[st
         ),
     ]
     try:
-        # the example waits for its Result; a router still loading its model or a worker
-        # still registering only makes it wait longer
+        # with no router consuming, a request fails at once (`mesh.NoRouter`): wait for the
+        # router to load its model, as `mesh health router` tells; a worker still
+        # registering only makes the example wait longer
+        _wait_for_router(folder, env)
         done = subprocess.run(
             [sys.executable, "client.py"],
             cwd=folder,
@@ -87,6 +90,15 @@ def test_the_agent_and_client_examples_run_as_printed(folder: Path, env: dict[st
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def _wait_for_router(folder: Path, env: dict[str, str], timeout: float = 90.0) -> None:
+    end = time.monotonic() + timeout
+    probe = [MESH, "health", "router"]
+    while subprocess.run(probe, cwd=folder, env=env, capture_output=True).returncode != 0:
+        if time.monotonic() > end:
+            raise AssertionError(f"`mesh health router` not healthy within {timeout:.0f} s")
+        time.sleep(0.5)  # a poll of a separate process, with its deadline above
 
 
 def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path) -> None:
