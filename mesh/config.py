@@ -11,15 +11,17 @@ URLs are kept as `SecretStr` and shown through `mask_url()`.
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -178,6 +180,22 @@ def default_state_dir() -> Path:
     ``~/.local/state/agent-reach``."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "agent-reach"
+
+
+def _json_object(value: Any) -> Any:
+    """A JSON object given as text (an environment variable), else `value` as it is."""
+    if isinstance(value, str | bytes):
+        try:
+            return json.loads(value)
+        except ValueError:
+            raise ValueError('is not a JSON object (e.g. {"team.alpha": 0.2})') from None
+    return value
+
+
+#: agent id -> a number; from the environment as a JSON object
+JsonMap = Annotated[
+    dict[str, Annotated[float, Field(ge=-1.0, le=1.0)]], BeforeValidator(_json_object)
+]
 
 
 class Settings(BaseModel):
@@ -354,6 +372,21 @@ class Settings(BaseModel):
     processing_timeout_s: float = Field(default=30.0, gt=0)
     context_ttl_s: int = Field(default=86_400, ge=1)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
+
+    # --- what an agent's own credential may claim (access control; `mesh.registry.bounds`)
+    #: highest priority_bonus a registration may claim unless `priority_bonus_limits`
+    #: names its agent (0: any positive bonus is the operator's to grant)
+    max_priority_bonus: float = Field(default=0.0, ge=-1.0, le=1.0)
+    #: agent id -> its highest priority_bonus (JSON object in MESH_PRIORITY_BONUS_LIMITS)
+    priority_bonus_limits: JsonMap = Field(default_factory=dict)
+    #: largest max_concurrency one instance may declare (a heartbeat above it counts as it)
+    max_instance_concurrency: int = Field(default=1024, ge=1, le=10_000)
+    #: an agent's profile changes at most once per this many seconds (0: no limit);
+    #: registrations with its current profile and heartbeats are never held back
+    profile_change_interval_s: float = Field(default=5.0, ge=0)
+    #: the observer's grant also binds ``route.*`` events, whose decisions carry request
+    #: texts (`mesh access provision` reads it; the observer then binds them too)
+    observer_reads_requests: bool = False
 
     # --- a client without routers (`mesh.local_rules`)
     #: file of `pattern -> agent_id` lines a `MeshClient` follows when no router consumes

@@ -25,17 +25,19 @@ from typing import Literal
 from mesh.access.patterns import (
     ANY_KEY,
     bands,
+    binding_keys,
     dead_keys,
     dispatch_key_prefix,
     events_of,
     lit,
     reply_key_prefix,
-    reply_queue_prefix,
+    reply_key_regex,
+    reply_queue_regex,
     retry_key_regex,
     session_key_prefix,
     starting,
 )
-from mesh.topology import DEAD_REASONS, Topology
+from mesh.topology import DEAD_REASONS, OBSERVED_EVENTS, Topology
 
 ContractRole = Literal["client", "router", "worker", "registry", "observer", "operator"]
 Action = Literal["send", "receive"]
@@ -54,6 +56,9 @@ class Who:
     topology: Topology
     user: str
     name: str = ""
+    #: an observer's grant also binds events that carry request texts
+    #: (`Settings.observer_reads_requests`)
+    reads_requests: bool = False
 
 
 Name = Callable[[Topology], str]
@@ -87,8 +92,8 @@ class Bind:
 
 @dataclass(frozen=True, slots=True)
 class Own:
-    """Queues the role declares for itself: configure, write and read on the names starting
-    `queues`, plus every `Bind` their bindings need."""
+    """Queues the role declares for itself: configure, write and read on the names `queues`
+    matches (a regex atom), plus every `Bind` their bindings need."""
 
     queues: Callable[[Who], str]
     binds: tuple[Bind, ...] = ()
@@ -150,6 +155,10 @@ def _any_key(_: Who) -> Sequence[str]:
     return (ANY_KEY,)
 
 
+def _observed(w: Who) -> Sequence[str]:
+    return (ANY_KEY,) if w.reads_requests else binding_keys(OBSERVED_EVENTS)
+
+
 def _dead_letter_keys(w: Who) -> Sequence[str]:
     return (dead_keys(w.topology),)
 
@@ -195,9 +204,11 @@ TABLE: tuple[Row, ...] = (
         "queue.reply",
         ("result",),
         "Results of its tasks",
+        # by exact name: ``<ns>.reply.<user>.<id>``, an id without dots (user ``web``
+        # must not read or bind ``web.eu``'s queues)
         Own(
-            lambda w: starting(reply_queue_prefix(w.topology, w.user)),
-            (Bind(_replies, lambda w: (starting(reply_key_prefix(w.topology, w.user)),)),),
+            lambda w: reply_queue_regex(w.topology, w.user),
+            (Bind(_replies, lambda w: (reply_key_regex(w.topology, w.user),)),),
         ),
         ack=True,
     ),
@@ -440,13 +451,8 @@ TABLE: tuple[Row, ...] = (
         ("result",),
         "Results of its handoffs (a MeshClient named after the instance)",
         Own(
-            lambda w: starting(reply_queue_prefix(w.topology, w.user) + f"{w.name}-"),
-            (
-                Bind(
-                    _replies,
-                    lambda w: (starting(reply_key_prefix(w.topology, w.user) + f"{w.name}-"),),
-                ),
-            ),
+            lambda w: reply_queue_regex(w.topology, w.user, w.name),
+            (Bind(_replies, lambda w: (reply_key_regex(w.topology, w.user, w.name),)),),
         ),
         ack=True,
     ),
@@ -499,17 +505,19 @@ TABLE: tuple[Row, ...] = (
         Publish(_events, lambda w: (events_of("alert"),)),
     ),
     # the observer's queue is named after its broker user and `Settings.observer_name`,
-    # which the document (one per namespace) does not know: no channel, no operation
+    # which the document (one per namespace) does not know: no channel, no operation;
+    # it binds only events without request texts (`OBSERVED_EVENTS`) unless its grant
+    # allows them (SECURITY.md: the observer reads decisions and figures, no texts)
     Row(
         "observer",
         "receiveEvents",
         "receive",
         "queue.observer",
         ("event",),
-        "Every event (`Topology.observer_spec`)",
+        "task.*, agent.*, alert.*, route.feedback; every event with observer_reads_requests",
         Own(
             lambda w: starting(w.topology.observer_queue_prefix(w.user)),
-            (Bind(_events, _any_key),),
+            (Bind(_events, _observed),),
         ),
         documented=False,
     ),

@@ -7,7 +7,7 @@ definitions export (`definitions`), so the two cannot drift. No other module for
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,6 +45,12 @@ AGENT_HEADER = "x-mesh-agent-id"
 CONCURRENCY_HEADER = "x-mesh-max-concurrency"
 #: AMQP priorities 1..10 map onto x-max-priority 10
 MAX_PRIORITY = 10
+#: binding keys of an observer's queue that carry no request text (``route.decision`` and
+#: ``route.learned`` do): under access control its grant allows these, and ``#`` only with
+#: ``MESH_OBSERVER_READS_REQUESTS`` (SECURITY.md: no request texts unless a setting allows)
+OBSERVED_EVENTS: tuple[str, ...] = ("task.#", "agent.#", "alert.#", "route.feedback")
+#: every event: an observer's binding without access control, or allowed request texts
+ALL_EVENTS: tuple[str, ...] = ("#",)
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
 PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
 
@@ -297,9 +303,12 @@ class Topology:
         """Durable queue of the observers named `name` (`Settings.observer_name`)."""
         return f"{self.observer_queue_prefix(user)}{name}"
 
-    def observer_spec(self, user: str, name: str, max_length: int) -> TopologySpec:
-        """The observer's queue, bound to every event (``#``), bounded: when the observer
-        is behind, the oldest events are dropped (publishers are never held up)."""
+    def observer_spec(
+        self, user: str, name: str, max_length: int, keys: Sequence[str] = ALL_EVENTS
+    ) -> TopologySpec:
+        """The observer's queue, bound to the events of `keys` (every event: ``#``),
+        bounded: when the observer is behind, the oldest events are dropped (publishers are
+        never held up)."""
         queue = self.observer_queue(user, name)
         args = {
             **self._queue_args(priority=False),
@@ -308,7 +317,7 @@ class Topology:
         }
         return TopologySpec(
             queues=(QueueSpec(queue, args),),
-            bindings=(BindingSpec(self.events, queue, "#"),),
+            bindings=tuple(BindingSpec(self.events, queue, key) for key in keys),
         )
 
     def retry_queue(self, delay_ms: int) -> str:

@@ -54,7 +54,7 @@ class Heartbeat(WireModel):
     instance_id: Identifier
     token: int = Field(ge=1)
     in_flight: int = Field(default=0, ge=0)
-    max_concurrency: int = Field(default=1, ge=1)
+    max_concurrency: int = Field(default=1, ge=1, le=10_000)
     stuck: int = Field(
         default=0, ge=0, description="tasks in flight whose handler ended long ago, unsettled"
     )

@@ -57,6 +57,31 @@ def reply_queue_prefix(topology: Topology, user: str) -> str:
     return topology.reply_queue(f"{user}.")
 
 
+#: one segment of a name (no dot): the id that ends a reply queue's name, so that user
+#: ``web`` owns ``<ns>.reply.web.<id>`` and nothing of user ``web.eu``
+SEGMENT = r"[^.]+"
+
+
+def _own_reply(prefix: str, agent: str | None) -> str:
+    if agent is None:
+        return re.escape(prefix) + SEGMENT
+    # a worker's reply queue is named after an instance: ``<agent_id>-<suffix>``
+    return re.escape(f"{prefix}{agent}-") + "[^.]*"
+
+
+def reply_queue_regex(topology: Topology, user: str, agent: str | None = None) -> str:
+    """The reply queues of `user`, by exact name: ``<ns>.reply.<user>.<id>`` with an id of
+    one segment (`SEGMENT`), or for a worker of `agent` an instance id ``<agent>-<suffix>``
+    with a suffix of one segment (``[^.]*``): a user whose name extends another's by a dot
+    (``web.eu`` of ``web``) matches none of the other's queues."""
+    return _own_reply(reply_queue_prefix(topology, user), agent)
+
+
+def reply_key_regex(topology: Topology, user: str, agent: str | None = None) -> str:
+    """The routing keys of `reply_queue_regex`'s queues (``reply.<user>.<id>``)."""
+    return _own_reply(reply_key_prefix(topology, user), agent)
+
+
 def reply_key_prefix(topology: Topology, user: str | None = None) -> str:
     """Reply keys of `user`'s queues (None: every reply key)."""
     queue = topology.reply_queue("" if user is None else f"{user}.")
@@ -76,6 +101,13 @@ def session_key_prefix(topology: Topology, agent_id: str | None = None) -> str:
 def events_of(*families: str) -> str:
     """Event routing keys of these families (event types are ``<family>.<name>``)."""
     return "(?:" + "|".join(re.escape(x) for x in families) + r")\..*"
+
+
+def binding_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    """Topic-read atoms of binding keys: ``<family>.#`` allows every binding key of that
+    family (it reaches only routing keys whose first word is the family), any other key
+    only itself."""
+    return tuple(events_of(k[:-2]) if k.endswith(".#") else lit(k) for k in keys)
 
 
 def dead_keys(topology: Topology) -> str:

@@ -446,6 +446,13 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+#: the observer's key families: (read-write, read-only)
+OBSERVER_KEYS: tuple[tuple[str, ...], tuple[str, ...]] = (
+    ("trace", "observer_figures"),
+    ("task", "task_history", "instance", "agent", "agent_instances", "agents", "leases"),
+)
+
+
 def redis_acl(kind: RoleKind, namespace: str, name: str = "", vhost: str = "/") -> RedisAcl:
     """The Redis ACL of a role of the tenant (`namespace` in `vhost`): only keys of that
     tenant (`Keys.pattern`), none of another vhost's or namespace's. A client may only
@@ -456,9 +463,12 @@ def redis_acl(kind: RoleKind, namespace: str, name: str = "", vhost: str = "/") 
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)
     if kind == "observer":
-        # reads everything of the tenant; writes only the traces and figures it keeps
-        own = ("~" + patterns["trace"], "~" + patterns["observer_figures"])
-        return RedisAcl(_OBSERVER_COMMANDS, ("%R~" + everything, *own))
+        # only what it shows (SECURITY.md): writes the traces and figures it keeps, reads
+        # task states and the agent registry; no Results (idem, sealed), contexts,
+        # waiters, routing memory or request texts
+        own = tuple("~" + patterns[f] for f in OBSERVER_KEYS[0])
+        read = tuple("%R~" + patterns[f] for f in OBSERVER_KEYS[1])
+        return RedisAcl(_OBSERVER_COMMANDS, (*own, *read))
     if kind == "admin":
         return RedisAcl(_LUA_COMMANDS, ("~" + everything,))
     rw, ro = REDIS_KEYS[kind]
@@ -481,8 +491,10 @@ def grant_for(
     topology: Topology,
     *,
     limits: tuple[int | None, int | None] = (None, None),
+    observer_reads_requests: bool = False,
 ) -> Grant:
-    """Broker permissions, topic permissions, limits and Redis ACL of `role` (SECURITY.md)."""
+    """Broker permissions, topic permissions, limits and Redis ACL of `role` (SECURITY.md);
+    an observer binds events with request texts only with `observer_reads_requests`."""
     user = scope.user(role)
     if role.kind == "admin":
         everything = anchored([starting(topology.namespace + ".")])
@@ -490,7 +502,8 @@ def grant_for(
         topics: tuple[TopicPermission, ...] = ()
     else:
         configure, write, read, topics = amqp_permissions(
-            contract.rows_of(role.kind), Who(topology, user, role.name)
+            contract.rows_of(role.kind),
+            Who(topology, user, role.name, reads_requests=observer_reads_requests),
         )
     default_conn, default_chan = DEFAULT_LIMITS[role.kind]
     return Grant(
@@ -581,6 +594,7 @@ def build_plan(
     max_channels: int | None = None,
     dead_letter_max_bytes: int = DEFAULT_DEAD_LETTER_MAX_BYTES,
     max_queues: int | None = None,
+    observer_reads_requests: bool = False,
 ) -> Plan:
     """The grants of `roles` in `scope`, the dead-letter policy and the vhost limit."""
     if topology.namespace != scope.namespace:
@@ -588,7 +602,14 @@ def build_plan(
             f"topology namespace {topology.namespace!r} differs from {scope.namespace!r}"
         )
     grants = tuple(
-        grant_for(r, scope, topology, limits=(max_connections, max_channels)) for r in roles
+        grant_for(
+            r,
+            scope,
+            topology,
+            limits=(max_connections, max_channels),
+            observer_reads_requests=observer_reads_requests,
+        )
+        for r in roles
     )
     users = [g.user for g in grants]
     if len(set(users)) != len(users):

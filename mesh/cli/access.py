@@ -264,6 +264,7 @@ def _provision(args: argparse.Namespace, settings: Settings) -> int:
         max_channels=args.max_channels,
         dead_letter_max_bytes=args.dead_letter_max_bytes,
         max_queues=args.max_queues,
+        observer_reads_requests=settings.observer_reads_requests,
     )
     if not args.operator:
         raise UsageError("--operator must not be empty")

@@ -18,7 +18,7 @@ from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
 from mesh.retrying import quietly
-from mesh.topology import declare_spec
+from mesh.topology import ALL_EVENTS, OBSERVED_EVENTS, declare_spec
 from mesh.wire import AckAfter, Subscriber
 from schemas import Event, InvalidEnvelope, decode
 
@@ -36,8 +36,14 @@ class EventFeed(Lifecycle):
         self.sink = sink
         self.unreadable = 0
         settings = conn.settings
+        # under access control the grant binds only events without request texts
+        # (SECURITY.md), unless MESH_OBSERVER_READS_REQUESTS allows them
+        narrow = settings.access_control and not settings.observer_reads_requests
         self.spec = conn.topology.observer_spec(
-            login_of(settings), settings.observer_name, settings.observer_queue_max_length
+            login_of(settings),
+            settings.observer_name,
+            settings.observer_queue_max_length,
+            OBSERVED_EVENTS if narrow else ALL_EVENTS,
         )
         self.subscriber = Subscriber(
             conn,

@@ -3,7 +3,9 @@
 Under access control (``MESH_ACCESS_CONTROL=true``) a registration, heartbeat or goodbye for
 agent ``a`` is accepted only from the broker user of ``worker.a`` (named as `mesh access
 provision` names it: `mesh.access.roles.AccessScope`) or from a user that
-``MESH_AGENT_USERS`` maps to ``a``, and only for an instance id that starts with ``a-``.
+``MESH_AGENT_USERS`` maps to ``a``, and only for an instance id ``a-<suffix>`` with no dot
+in the suffix (the worker's reply queue is named after it, and its grant matches it by
+exact name: `mesh.access.patterns.reply_queue_regex`).
 The broker guarantees ``user_id`` (it refuses a publish whose ``user_id`` is not the
 connection's login), so a body field can never stand in for it. Without access control
 everything is accepted, as on a development broker where every process is ``guest``.
@@ -34,10 +36,11 @@ class Admission:
             return Refusal(
                 "not_your_agent", f"broker user {user_id!r} may not speak for agent {agent_id!r}"
             )
-        if not instance_id.startswith(f"{agent_id}-"):
+        if not instance_id.startswith(f"{agent_id}-") or "." in instance_id[len(agent_id) :]:
             return Refusal(
                 "bad_instance_id",
-                f"instance id {instance_id!r} of agent {agent_id!r} must start with '{agent_id}-'",
+                f"instance id {instance_id!r} of agent {agent_id!r} must be '{agent_id}-' "
+                "and a suffix without dots",
             )
         return None
 

@@ -4,7 +4,10 @@ All state is in Redis (`mesh.registry.lease`), so any number of registries may c
 queue and a restarted one carries on where the last stopped. What a registry does:
 
 - ``register`` / ``register.a2a``: grant a lease and a new fencing token, publish
-  ``agent.up``, answer `RegistrationAck` to ``reply_to``.
+  ``agent.up``, answer `RegistrationAck` to ``reply_to``. Under access control only from
+  the agent's own user (`mesh.registry.admission`) and within the bounds of its claims
+  (`mesh.registry.bounds`: priority_bonus, max_concurrency, one profile change per
+  ``MESH_PROFILE_CHANGE_INTERVAL_S``).
 - ``heartbeat``: queued and applied in batches (one Lua call per batch window), because
   heartbeats are most of the traffic. A heartbeat whose lease is gone (unknown instance,
   other token, down, or lapsed) is answered ``lease.lost`` on its ``reply_to``: the session
@@ -37,6 +40,7 @@ from mesh.redis_health import RedisHealth
 from mesh.registry import protocol
 from mesh.registry.admission import Admission, Refusal
 from mesh.registry.agent_card import registration_from_card
+from mesh.registry.bounds import ProfileBounds
 from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, Grant, LeaseStore
 from mesh.registry.state import load_state
@@ -125,6 +129,8 @@ class RegistryService(Lifecycle):
             "refused": 0,
         }
         self.admission = Admission(conn.settings)
+        #: under access control: what a registration may claim (`mesh.registry.bounds`)
+        self.bounds = ProfileBounds(conn.settings)
 
     @property
     def store(self) -> LeaseStore:
@@ -199,9 +205,10 @@ class RegistryService(Lifecycle):
             return
         if self._refused(message, "heartbeat", hb.agent_id, hb.instance_id):
             return
-        beat = Beat(
-            hb.agent_id, hb.instance_id, hb.token, hb.in_flight, hb.max_concurrency, hb.stuck
-        )
+        concurrency = hb.max_concurrency
+        if self.admission.enabled:
+            concurrency = self.bounds.concurrency(concurrency)
+        beat = Beat(hb.agent_id, hb.instance_id, hb.token, hb.in_flight, concurrency, hb.stuck)
         self._beats.append((beat, message.reply_to))
         self._beats_ready.set()
 
@@ -221,6 +228,8 @@ class RegistryService(Lifecycle):
             return
         agent_id, instance_id = registration.agent_id, registration.instance_id
         refusal = self._refused(message, "registration", agent_id, instance_id)
+        if refusal is None and self.admission.enabled:
+            refusal = await self._out_of_bounds(registration)
         if refusal is not None:
             await self._refuse(message, refusal.code, refusal.message, ids=(agent_id, instance_id))
             return
@@ -274,6 +283,38 @@ class RegistryService(Lifecycle):
             registration.instance_id,
             grant.token,
         )
+
+    async def _out_of_bounds(self, registration: Registration) -> Refusal | None:
+        """The bounds of an agent's own claims: priority_bonus, max_concurrency, and how
+        soon its profile may change (read here: the agent's current one, Redis' clock).
+        Two registries may both let one change through at the same moment; not more."""
+        refusal = self.bounds.refusal(registration)
+        if refusal is None:
+            pipe = self.conn.redis.pipeline(transaction=False)
+            pipe.hmget(self.conn.keys.agent(registration.agent_id), "registration", "updated_ms")
+            pipe.time()
+            (raw, updated), (seconds, micros) = await pipe.execute()
+            current = None
+            if raw is not None:
+                try:
+                    current = Registration.model_validate_json(raw)
+                except ValidationError:
+                    current = None  # an older shape: the new profile replaces it
+            refusal = self.bounds.change_refusal(
+                registration,
+                current,
+                None if updated is None else int(updated),
+                int(seconds) * 1000 + int(micros) // 1000,
+            )
+        if refusal is not None:
+            self.stats["refused"] += 1
+            logger.warning(
+                "registry %s: registration of instance %s refused: %s",
+                self.registry_id,
+                registration.instance_id,
+                refusal.message,
+            )
+        return refusal
 
     def _registration(self, message: AbstractIncomingMessage) -> Registration:
         body = message.body

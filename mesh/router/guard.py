@@ -18,8 +18,10 @@ The sender is the broker-validated ``user_id`` of the message, never a body fiel
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
+from mesh.access.patterns import reply_queue_regex
 from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope
 from mesh.topology import Topology, message_priority
@@ -130,11 +132,15 @@ class IngressGuard:
         return envelope
 
     def may_answer(self, reply_to: str, user_id: str | None) -> bool:
-        """Only a reply queue of the sender's own user (``<ns>.reply.<user>.<id>``): a body
-        naming another caller's queue and ids must not end that caller's task."""
-        if not user_id or self.scope.role_of(user_id) is None:
+        """Only a reply queue of the sender's own user, by exact name
+        (``<ns>.reply.<user>.<id>``, an id without dots: `reply_queue_regex`, the regex
+        its broker grant has): a body naming another caller's queue and ids must not end
+        that caller's task, and user ``web`` does not own ``web.eu``'s queues."""
+        role = self.scope.role_of(user_id or "") if user_id else None
+        if not user_id or role is None:
             return False
-        return reply_to.startswith(self.topology.reply_queue(f"{user_id}."))
+        agent = role.name if role.kind == "worker" else None
+        return re.fullmatch(reply_queue_regex(self.topology, user_id, agent), reply_to) is not None
 
     def sender(self, user_id: str | None) -> tuple[str, str]:
         """The broker user who sent a task (its task_id is that user's), and for a worker

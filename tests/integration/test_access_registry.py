@@ -18,7 +18,7 @@ from mesh.registry import protocol
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.state import load_state
-from schemas import Deregistration, Registration, now_ms
+from schemas import Deregistration, Heartbeat, Registration, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, Provisioned
 
@@ -120,3 +120,123 @@ async def test_an_agent_user_cannot_register_without_bound(
         await second.start(lambda: 0)
     await second.stop()
     assert registry.stats["registered"] == 1 and registry.stats["refused"] == 1
+
+
+async def _publish_as(conn: MeshConnection, user: str, message: aio_pika.Message) -> None:
+    """What an attacker does by hand: publish to the registry as itself."""
+    channel = await conn.channel()
+    try:
+        exchange = await channel.get_exchange(conn.topology.registry, ensure=False)
+        message.user_id = user
+        await exchange.publish(message, routing_key=conn.topology.registry_key)
+    finally:
+        await channel.close()
+
+
+async def _refused(conn: MeshConnection, registration: Registration, code: str) -> None:
+    session = RegistrySession(conn, registration, register_timeout_s=5)
+    with pytest.raises(RegistryError, match=code):
+        await session.start(lambda: 0)
+    await session.stop()
+
+
+async def test_an_agents_own_credential_claims_no_bonus_or_capacity_beyond_its_bounds(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    conn = await as_user(Role("registry"))
+    conn.settings = conn.settings.model_copy(
+        update={
+            "priority_bonus_limits": {AGENT_B: 0.3},  # the operator's grant to B alone
+            "max_instance_concurrency": 64,
+            "heartbeat_s": 5.0,  # the sessions' own beats stay out of the way
+            "lease_ttl_s": 15.0,
+        }
+    )
+    registry = RegistryService(conn)
+    await registry.start()
+    add_cleanup(registry.close)
+    worker_a = await as_user(Role("worker", AGENT_A))
+    worker_b = await as_user(Role("worker", AGENT_B))
+
+    # the phishing profile: A claims a bonus nobody granted it, or a capacity beyond bound
+    phishing = _registration(AGENT_A, f"{AGENT_A}-1").model_copy(update={"priority_bonus": 1.0})
+    await _refused(worker_a, phishing, "priority_bonus_too_high")
+    greedy = _registration(AGENT_A, f"{AGENT_A}-1").model_copy(update={"max_concurrency": 65})
+    await _refused(worker_a, greedy, "max_concurrency_too_high")
+    # within the bounds, beside it: A at the cap, B with the bonus it was granted
+    own = _registration(AGENT_A, f"{AGENT_A}-1").model_copy(update={"max_concurrency": 64})
+    session_a = RegistrySession(worker_a, own)
+    await session_a.start(lambda: 0)
+    add_cleanup(session_a.stop)
+    granted = _registration(AGENT_B, f"{AGENT_B}-1").model_copy(update={"priority_bonus": 0.3})
+    session_b = RegistrySession(worker_b, granted)
+    await session_b.start(lambda: 0)
+    add_cleanup(session_b.stop)
+    state = await load_state(registry.conn.redis, registry.conn.keys)
+    assert state[AGENT_B].registration is not None
+    assert state[AGENT_B].registration.priority_bonus == 0.3
+    assert state[AGENT_A].registration is not None
+    assert state[AGENT_A].registration.priority_bonus == 0.0
+
+    # a heartbeat of A's own session claiming more capacity counts as the bound
+    session_a.suspend_heartbeats()
+    user_a = mesh_access.user(Role("worker", AGENT_A))
+    beat = Heartbeat(
+        agent_id=AGENT_A,
+        instance_id=f"{AGENT_A}-1",
+        token=session_a.token,
+        max_concurrency=5_000,
+        in_flight=1,
+        sent_ms=now_ms(),
+    )
+    await _publish_as(
+        worker_a, user_a, protocol.heartbeat_message(beat, reply_to="", expiration_s=5)
+    )
+    instance = registry.conn.keys.instance(f"{AGENT_A}-1")
+
+    async def applied() -> bool:
+        return bool(await registry.conn.redis.hget(instance, "in_flight") == b"1")
+
+    await wait_until(applied, timeout=5)
+    assert await registry.conn.redis.hget(instance, "max_concurrency") == b"64"
+    # and one beyond any bound is no heartbeat at all
+    body = encode(beat).replace(b"5000", b"1000000")
+    await _publish_as(
+        worker_a,
+        user_a,
+        aio_pika.Message(body, content_type=protocol.JSON, type=protocol.HEARTBEAT),
+    )
+    await wait_until(lambda: "invalid heartbeat dropped" in caplog.text, timeout=5)
+    assert await registry.conn.redis.hget(instance, "max_concurrency") == b"64"
+
+
+async def test_an_agents_profile_changes_at_most_once_per_interval(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    conn = await as_user(Role("registry"))
+    conn.settings = conn.settings.model_copy(update={"profile_change_interval_s": 30.0})
+    registry = RegistryService(conn)
+    await registry.start()
+    add_cleanup(registry.close)
+    worker_a = await as_user(Role("worker", AGENT_A))
+    first = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
+    await first.start(lambda: 0)
+    add_cleanup(first.stop)
+
+    # churn: another profile for the same agent at once is held back
+    churn = _registration(AGENT_A, f"{AGENT_A}-2").model_copy(
+        update={"capability_text": "pays, and refunds everything " * 100}
+    )
+    await _refused(worker_a, churn, "profile_change_too_soon")
+    # a new instance with the current profile is not, nor are heartbeats
+    second = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-3"))
+    await second.start(lambda: 0)
+    add_cleanup(second.stop)
+    beats = registry.stats["heartbeats"]
+    await wait_until(lambda: registry.stats["heartbeats"] >= beats + 2, timeout=5)
+    state = await load_state(registry.conn.redis, registry.conn.keys)
+    live = sorted(i.instance_id for i in state[AGENT_A].live_instances(now_ms()))
+    assert live == [f"{AGENT_A}-1", f"{AGENT_A}-3"]
+    assert state[AGENT_A].registration is not None
+    assert state[AGENT_A].registration.capability_text == "pays"
+    assert registry.stats["refused"] == 1

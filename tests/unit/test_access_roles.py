@@ -33,6 +33,7 @@ from mesh.access.roles import (
 from mesh.cli.main import main
 from mesh.config import Settings
 from mesh.errors import ConfigError
+from mesh.keys import Keys
 from mesh.topology import Topology
 
 NS = "acme.prod"
@@ -182,6 +183,19 @@ def test_a_client_reads_only_its_own_reply_queues() -> None:
     assert matches(read, f"reply.{user}.c1") and not matches(read, "reply.acme.prod:client.x.c1")
 
 
+def test_a_client_whose_name_extends_anothers_by_a_dot_shares_no_reply_queue() -> None:
+    web, web_eu = Role("client", "web"), Role("client", "web.eu")
+    g = grant(web)
+    theirs = TOPOLOGY.reply_queue(f"{SCOPE.user(web_eu)}.c1")
+    assert theirs.startswith(TOPOLOGY.reply_queue(f"{SCOPE.user(web)}."))  # the old prefix
+    assert not matches(g.read, theirs) and not matches(g.configure, theirs)
+    _, read = topic(g, FutureNames(TOPOLOGY).replies)
+    assert not matches(read, f"reply.{SCOPE.user(web_eu)}.c1")
+    # each still owns its own, by exact name
+    assert matches(g.read, TOPOLOGY.reply_queue(f"{SCOPE.user(web)}.c1"))
+    assert matches(grant(web_eu).read, theirs)
+
+
 def test_a_client_writes_ingress_and_nothing_else_of_the_mesh() -> None:
     g = grant(WEB)
     assert matches(g.write, TOPOLOGY.ingress)
@@ -274,14 +288,37 @@ def test_a_worker_seals_results_only_under_its_own_agent_and_routers_only_read_t
     assert "~acme.prod:dispatched:*" in router.keys and "%R~acme.prod:sealed:*" in router.keys
 
 
-def test_the_observer_reads_all_writes_its_traces_and_runs_no_scripts() -> None:
+def test_the_observer_reads_only_what_it_shows_writes_its_traces_and_runs_no_scripts() -> None:
     acl = redis_acl("observer", NS)
     assert not acl.scripting and "-@scripting" in acl.commands
     assert acl.keys == (
-        "%R~acme.prod:*",
         "~acme.prod:trace:*",
         "~acme.prod:observer-figures:*",
+        "%R~acme.prod:task:*",
+        "%R~acme.prod:task-history:*",
+        "%R~acme.prod:instance:*",
+        "%R~acme.prod:agent:*",
+        "%R~acme.prod:agent-instances:*",
+        "%R~acme.prod:agents",
+        "%R~acme.prod:leases",
     )
+    k = Keys(NS)
+    shown = [k.task("t1"), k.task_history("t1"), k.agent("a"), k.leases(), k.trace("tr")]
+    hidden = [
+        k.idem("t1"),  # stored Results
+        k.sealed("a", "t1"),
+        k.context("tr", 1),
+        k.context_version("tr"),
+        k.task_waiters("t1"),
+        k.memory("a"),  # routing memory: request texts
+        k.for_agent("a").task("t1"),  # an agent's view of its tasks
+        k.side_effect("x"),
+    ]
+    globs = [key.split("~", 1)[1] for key in acl.keys]
+    for key in shown:
+        assert any(fnmatch.fnmatchcase(key, g) for g in globs), key
+    for key in hidden:
+        assert not any(fnmatch.fnmatchcase(key, g) for g in globs), key
 
 
 def test_redis_patterns_escape_glob_characters() -> None:

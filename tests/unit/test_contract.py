@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from mesh.access.patterns import reply_queue_regex
 from mesh.access.roles import (
     AccessScope,
     Grant,
@@ -20,8 +21,10 @@ from mesh.access.roles import (
     roles_for,
 )
 from mesh.asyncapi import channels, expand, operations
+from mesh.config import Settings
 from mesh.contract import TABLE, Bind, Consume, Own, Publish, Row, Who, rows_of
-from mesh.topology import Topology
+from mesh.router.guard import IngressGuard
+from mesh.topology import ALL_EVENTS, OBSERVED_EVENTS, Topology
 
 NS = "acme.prod"
 TOPOLOGIES = [Topology(namespace=NS), Topology(namespace=NS, queue_type="quorum")]
@@ -69,9 +72,10 @@ def topic(g: Grant, exchange: str) -> tuple[str, str] | None:
 
 def channels_of(row: Row, t: Topology, chans: dict[str, Any], user: str) -> list[dict[str, Any]]:
     """The AsyncAPI channels of a row; the observer's queue is not in the document (one
-    per broker user and observer name), so it is built from `Topology.observer_spec`."""
+    per broker user and observer name), so it is built from `Topology.observer_spec`, as
+    `mesh.observer.feed` binds it under access control."""
     if row.channel == "queue.observer":
-        spec = t.observer_spec(user, "main", 100)
+        spec = t.observer_spec(user, "main", 100, OBSERVED_EVENTS)
         (q,) = spec.queues
         return [
             {
@@ -229,3 +233,52 @@ def test_a_role_gets_nothing_another_row_does_not_give() -> None:
     client = grant_for(Role("client", "web"), SCOPE, t)
     assert not matches(client.read, t.agent_queue(AGENT))
     assert not matches(client.configure, t.router_queue)
+
+
+def test_the_observer_binds_no_event_with_request_texts_unless_allowed() -> None:
+    t = TOPOLOGIES[0]
+    observer = Role("observer", "ops")
+    narrow = topic(grant_for(observer, SCOPE, t), t.events)
+    assert narrow is not None
+    for key in (*OBSERVED_EVENTS, "task.completed", "agent.up", "alert.no_match"):
+        assert matches(narrow[1], key), key
+    # decisions and learning carry the request's text; "#" and "*.x" would reach them
+    for key in ("route.decision", "route.learned", "route.#", "#", "*.decision", "*.*"):
+        assert not matches(narrow[1], key), key
+    wide = topic(grant_for(observer, SCOPE, t, observer_reads_requests=True), t.events)
+    assert wide is not None
+    assert all(matches(wide[1], key) for key in (*ALL_EVENTS, "route.decision"))
+    # what it may publish does not change
+    assert narrow[0] == wide[0]
+
+
+def test_reply_grants_match_by_exact_name_and_the_routers_guard_agrees() -> None:
+    """User ``web`` neither reads nor binds ``web.eu``'s reply queues, and a router does not
+    answer ``web`` at them: the guard uses the grant's regex."""
+    t = TOPOLOGIES[0]
+    web, web_eu = SCOPE.user(Role("client", "web")), SCOPE.user(Role("client", "web.eu"))
+    theirs, mine = t.reply_queue(f"{web_eu}.c1"), t.reply_queue(f"{web}.c1")
+    g = grant_for(Role("client", "web"), SCOPE, t)
+    assert matches(g.read, mine) and not matches(g.read, theirs)
+    assert re.fullmatch(reply_queue_regex(t, web), mine)
+    assert not re.fullmatch(reply_queue_regex(t, web), theirs)
+    # a worker's reply queues are its instances': <agent>-<suffix without dots>
+    user = SCOPE.user(Role("worker", "x"))
+    w = grant_for(Role("worker", "x"), SCOPE, t)
+    assert matches(w.read, t.reply_queue(f"{user}.x-1"))
+    longer = SCOPE.user(Role("worker", "x.x-q"))
+    assert not matches(w.read, t.reply_queue(f"{longer}.x.x-q-1"))
+
+
+def test_the_routers_guard_answers_a_user_only_at_its_own_reply_queues() -> None:
+    t = TOPOLOGIES[0]
+    guard = IngressGuard(Settings(namespace=NS, access_control=True), t)
+    web = guard.scope.user(Role("client", "web"))
+    web_eu = guard.scope.user(Role("client", "web.eu"))
+    assert guard.may_answer(t.reply_queue(f"{web}.c1"), web)
+    assert not guard.may_answer(t.reply_queue(f"{web_eu}.c1"), web)  # the old prefix test
+    assert not guard.may_answer(t.reply_queue(f"{web}.c1.x"), web)
+    assert guard.may_answer(t.reply_queue(f"{web_eu}.c1"), web_eu)
+    worker = guard.scope.user(Role("worker", "team.alpha"))
+    assert guard.may_answer(t.reply_queue(f"{worker}.team.alpha-1"), worker)
+    assert not guard.may_answer(t.reply_queue(f"{worker}.team.beta-1"), worker)

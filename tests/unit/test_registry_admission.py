@@ -31,6 +31,15 @@ def test_instance_ids_start_with_the_agent_id() -> None:
     assert refusal is not None and refusal.code == "bad_instance_id"
 
 
+def test_an_instance_suffix_has_no_dot() -> None:
+    """The worker's reply queue is named after its instance, and its grant matches
+    ``<agent>-<suffix without dots>``: ``pay-1.x`` would be another user's name part."""
+    admission = _admission()
+    assert admission.refusal("mesh:worker.team.pay", "team.pay", "team.pay-1") is None
+    refusal = admission.refusal("mesh:worker.pay", "pay", "pay-1.x")
+    assert refusal is not None and refusal.code == "bad_instance_id"
+
+
 def test_a_vhost_and_a_prefix_and_an_explicit_map() -> None:
     in_vhost = Admission(
         Settings(
