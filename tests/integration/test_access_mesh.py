@@ -271,7 +271,8 @@ async def test_a_client_drops_results_not_sent_by_a_router(conn: MeshConnection)
     guarded = MeshConnection(settings, name="guarded-client")
     await guarded.open()
     try:
-        async with MeshClient(guarded) as client:
+        # no router here: the test sends the (forged) Result itself
+        async with MeshClient(guarded, wait_for_router=True) as client:
             waiting = asyncio.create_task(
                 client.send(TaskEnvelope(capability="x", timeout_ms=5_000), wait_s=3)
             )
