@@ -129,6 +129,9 @@ class IngressGuard:
                     "route": None,
                 }
             )
+        elif role.kind == "worker" and envelope.source != role.name:
+            # a worker's handoff comes from its own agent, whatever the body claims
+            envelope = envelope.model_copy(update={"source": role.name})
         return envelope
 
     def may_answer(self, reply_to: str, user_id: str | None) -> bool:
