@@ -39,6 +39,7 @@ from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.deps import HandoffClient, TaskDeps
 from mesh.worker.middleware import (
+    ContractMiddleware,
     DeadlineMiddleware,
     TaskRun,
     WorkerMiddleware,
@@ -162,7 +163,7 @@ class AgentHarness:
         self.agent = agent
         self.settings = settings or Settings()
         self.instance_id = instance_id or f"{agent.agent_id}-harness"
-        self.middleware = [DeadlineMiddleware(), *middleware]
+        self.middleware = [DeadlineMiddleware(), *ContractMiddleware.of(agent), *middleware]
         self.stub_agents = {name: _stub_agent(name, stub) for name, stub in (stubs or {}).items()}
         self._lease = _Lease(agent.agent_id)
         self._effects = _Effects(self._lease, Counter(), set())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
@@ -34,6 +34,15 @@ class Registration(WireModel):
         default=True,
         description="answers calls for bids; the router calls only agents that do (a call "
         "to none would wait the whole bid window for nothing)",
+    )
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema every task payload of this agent fits: its worker refuses "
+        "one that does not (bad_payload) and a router refuses a targeted task or handoff",
+    )
+    output_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema every output of this agent fits (else bad_handler_output)",
     )
 
 

@@ -59,6 +59,7 @@ MODULES = (
     "tests/integration/test_router_bug.py",
     "tests/integration/test_story_frozen_worker.py",
     "tests/integration/test_story_timeout_cascade.py",
+    "tests/integration/test_story_field_mismatch.py",
 )
 
 

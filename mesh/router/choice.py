@@ -12,7 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mesh.router.plan import Plan, RouteChoice
-from mesh.router.reasons import Ending, downstream_busy, ending_of, no_agent, time_left_ms
+from mesh.router.reasons import (
+    Ending,
+    bad_payload,
+    downstream_busy,
+    ending_of,
+    no_agent,
+    time_left_ms,
+)
 from schemas import RouteInfo, TaskEnvelope
 
 if TYPE_CHECKING:
@@ -58,6 +65,10 @@ class Chooser:
             and not await self.deps.selector.admits(target)
         ):
             choice, ending = None, downstream_busy(target)
+        elif choice is not None and target is not None:
+            errors = self.deps.selector.contract_errors(target, envelope.payload)
+            if errors:
+                choice, ending = None, bad_payload(target, errors)
         if ending is None and choice is None:
             ending = no_agent(envelope)
         if returned is not None:

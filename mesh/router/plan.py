@@ -42,6 +42,11 @@ class Selector(Protocol):
         breaker is open, this router's or another's."""
         ...
 
+    def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
+        """How `payload` breaks the input schema `agent_id` registered ([]: it fits, or the
+        agent declared none)."""
+        ...
+
 
 class NoSelector:
     """Used until semantic routing is configured: only `target` envelopes are routable."""
@@ -57,6 +62,9 @@ class NoSelector:
 
     async def admits(self, agent_id: str) -> bool:
         return True  # no outcomes followed, no breakers
+
+    def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
+        return []  # no registrations followed
 
 
 def decision_event(

@@ -54,6 +54,19 @@ def downstream_busy(agent_id: str) -> Ending:
     )
 
 
+def bad_payload(agent_id: str, errors: list[dict[str, str]]) -> Ending:
+    """A targeted task's payload does not fit `agent_id`'s input schema: refused before
+    it is dispatched, naming each bad field (the caller's to fix; nothing is kept)."""
+    named = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return Ending(
+        "failed",
+        None,
+        "bad_payload",
+        f"the payload does not fit agent {agent_id}'s input schema: {named}",
+        {"target": agent_id, "errors": errors},
+    )
+
+
 def ending_of(envelope: TaskEnvelope, max_reroutes: int) -> Ending | None:
     """Why the task must end before any agent is chosen (hops, deadline, reroutes)."""
     if envelope.hops >= envelope.max_hops and envelope.hops > 0:
@@ -96,4 +109,12 @@ def death_reason(headers: dict[str, Any]) -> str:
     return "unknown"
 
 
-__all__ = ["Ending", "death_reason", "downstream_busy", "ending_of", "no_agent", "time_left_ms"]
+__all__ = [
+    "Ending",
+    "bad_payload",
+    "death_reason",
+    "downstream_busy",
+    "ending_of",
+    "no_agent",
+    "time_left_ms",
+]

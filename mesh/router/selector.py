@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from mesh.connection import MeshConnection
+from mesh.errors import ConfigError
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
+from mesh.payload_schema import checker, field_errors
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.batcher import QueryBatcher
 from mesh.router.bids import BidCollector
@@ -176,6 +178,18 @@ class SemanticSelector(Lifecycle):
         if self.breakers.state(agent_id) == "half_open":
             return True  # this router's probe: the shared opening is what it tests
         return await self.shared_breakers.open_until_ms(agent_id) <= now_ms()
+
+    def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
+        """How `payload` breaks `agent_id`'s registered input schema ([]: it fits)."""
+        state = self.snapshot.agent(agent_id)
+        registration = state.registration if state is not None else None
+        if registration is None or registration.input_schema is None:
+            return []
+        try:
+            return field_errors(checker(registration.input_schema), payload)
+        except ConfigError:  # not a JSON Schema: its worker refuses to start with it
+            logger.warning("agent %s registered an input schema that is no JSON Schema", agent_id)
+            return []
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
         """The router published `choice` and it was confirmed: now it counts."""

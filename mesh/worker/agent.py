@@ -6,7 +6,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from mesh.errors import ConfigError
+from mesh.payload_schema import schema_of
 from schemas import BidRequest, Registration, TaskEnvelope
 
 if TYPE_CHECKING:
@@ -40,6 +43,12 @@ class Agent:
     #: cancelled and its task handed back to the agent's queue for another instance
     #: (None: ``MESH_PROCESSING_TIMEOUT_S``)
     processing_timeout_s: float | None = None
+    #: the agent's contract (`mesh.payload_schema`): what a task's payload and the
+    #: handler's output must fit, as pydantic models or JSON Schemas (one of each pair)
+    input_model: type[BaseModel] | None = None
+    output_model: type[BaseModel] | None = None
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
     #: a failed handler's exception text reaches the caller as it is (default: its type and
     #: a message stripped of URLs, credentials and tokens; the full text stays in the log)
     expose_errors: bool = False
@@ -81,4 +90,6 @@ class Agent:
             max_concurrency=self.max_concurrency,
             priority_bonus=self.priority_bonus,
             bids=self.bidder_fn is not None,
+            input_schema=schema_of(self.input_model, self.input_schema),
+            output_schema=schema_of(self.output_model, self.output_schema),
         )

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mesh.errors import MeshError
+from mesh.payload_schema import checker, describe, field_errors
 from mesh.worker.context import TaskContext
-from mesh.worker.outcome import Outcome, check_output, outcome_of_error
-from schemas import Event, TaskEnvelope
+from mesh.worker.outcome import BAD_OUTPUT, Outcome, check_output, outcome_of_error
+from schemas import Event, Registration, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics
+    from mesh.worker.agent import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +164,49 @@ class MetricsMiddleware(WorkerMiddleware):
         return outcome
 
 
+class ContractMiddleware(WorkerMiddleware):
+    """The agent's contract (`mesh.payload_schema`): a payload that does not fit its input
+    schema fails ``bad_payload`` before the handler runs (naming each bad field); an output
+    that does not fit its output schema fails ``bad_handler_output`` before it is
+    committed. Built in only for an agent that declares a contract."""
+
+    def __init__(self, agent_id: str, registration: Registration) -> None:
+        self.agent_id = agent_id
+        self.inputs = checker(registration.input_schema)
+        self.outputs = checker(registration.output_schema)
+
+    @classmethod
+    def of(cls, agent: Agent) -> list[WorkerMiddleware]:
+        """[the hook] when `agent` declares a contract, else []."""
+        registration = agent.registration(f"{agent.agent_id}-contract")
+        if registration.input_schema is None and registration.output_schema is None:
+            return []
+        return [cls(agent.agent_id, registration)]
+
+    async def around_task(self, run: TaskRun, call_next: CallNext) -> Outcome:
+        errors = field_errors(self.inputs, run.envelope.payload)
+        if errors:
+            return Outcome(
+                "failed",
+                code="bad_payload",
+                message=f"the payload does not fit agent {self.agent_id}'s input schema: "
+                f"{describe(errors)}",
+                details={"errors": errors},
+            )
+        outcome = await call_next(run)
+        if outcome.kind == "completed" and self.outputs is not None:
+            errors = field_errors(self.outputs, outcome.output or {})
+            if errors:
+                return Outcome(
+                    "failed",
+                    code=BAD_OUTPUT,
+                    message=f"the handler's output does not fit agent {self.agent_id}'s "
+                    f"output schema: {describe(errors)}",
+                    details={"errors": errors},
+                )
+        return outcome
+
+
 def handler_step(handler: Handler, *, expose_errors: bool = False) -> CallNext:
     """The end of the chain: call `handler` and turn what it did into an `Outcome` (its
     exception text unredacted with `expose_errors`: `Agent.expose_errors`)."""
@@ -220,6 +265,7 @@ def _guarded(hook: WorkerMiddleware, call_next: CallNext) -> CallNext:
 __all__ = [
     "LOOP_VISITS",
     "CallNext",
+    "ContractMiddleware",
     "DeadlineMiddleware",
     "LoopAlertMiddleware",
     "MetricsMiddleware",

@@ -42,6 +42,7 @@ from mesh.worker.deps import HandoffClient, TaskDeps, WorkerDeps
 from mesh.worker.membership import Membership, StaticMembership
 from mesh.worker.middleware import (
     CallNext,
+    ContractMiddleware,
     DeadlineMiddleware,
     LoopAlertMiddleware,
     MetricsMiddleware,
@@ -131,6 +132,7 @@ class WorkerRuntime(Lifecycle):
             LoopAlertMiddleware(self.publisher.emit),
             *timing,
             DeadlineMiddleware(),
+            *ContractMiddleware.of(agent),
             *middleware,
         ]
         #: one per band; the `Settler` settles what they deliver (a manual policy)

@@ -41,6 +41,9 @@ class OrderedSelector:
     async def admits(self, agent_id: str) -> bool:
         return True
 
+    def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
+        return []
+
     #: agents this selector reports live (a test's stand-in for the registry's snapshot)
     live: frozenset[str] = frozenset()
 
