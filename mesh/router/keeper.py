@@ -22,7 +22,7 @@ import base64
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -77,6 +77,8 @@ class IndexKeeper:
         self.memory: ExampleMemory = ledger.memory
         self._registered: dict[str, Any] = {}
         self._dirty_agents: set[str] = set()
+        #: agents whose outcome counts changed since their stats were last refreshed
+        self._stats_due: set[str] = set()
         #: agents whose memory must be read whole (joined, or counted feedback)
         self._memory_dirty: set[str] = set()
         self._wake = asyncio.Event()
@@ -198,10 +200,17 @@ class IndexKeeper:
             completed=self.ledger.completed(state.agent_id),
         )
 
-    def _refresh_stats(self) -> None:
-        """Loads arrive with lease renewals, which fire no hook: re-read them periodically."""
+    def _take_stats_due(self) -> set[str]:
+        due, self._stats_due = self._stats_due, set()
+        return due
+
+    def _refresh_stats(self, agent_ids: Iterable[str] | None = None) -> None:
+        """Loads arrive with lease renewals, which fire no hook: re-read them periodically
+        (`agent_ids`: only those, after their outcomes)."""
         now = now_ms()
-        for agent_id in self.index.ids:
+        for agent_id in self.index.ids if agent_ids is None else agent_ids:
+            if agent_id not in self.index:
+                continue
             state = self.snapshot.agent(agent_id)
             if state is not None:
                 self.index.set_stats(agent_id, self.stats_of(state, now))
@@ -229,8 +238,11 @@ class IndexKeeper:
                 if self._memory_dirty:
                     await self._load_memories()
                 if time.monotonic() - last_stats >= STATS_REFRESH_S:
+                    self._stats_due.clear()
                     self._refresh_stats()
                     last_stats = time.monotonic()
+                elif self._stats_due:
+                    self._refresh_stats(self._take_stats_due())
                 full = self.refitter.plan(time.monotonic())
                 if full is not None:
                     await self.refitter.refit(full)
@@ -327,11 +339,10 @@ class IndexKeeper:
         agent_id = self.ledger.observe(event)
         if agent_id is None:
             return
+        # its stats are refreshed once per round of the loop, however many outcomes came
+        self._stats_due.add(agent_id)
         if self.ledger.pending:
             self._wake.set()
-        state = self.snapshot.agent(agent_id)
-        if state is not None and agent_id in self.index:
-            self.index.set_stats(agent_id, self.stats_of(state, now_ms()))
 
     def _apply_learned(self, event: Event) -> None:
         data = event.data

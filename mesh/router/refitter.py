@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 SETTLE_S = 0.5
 #: while memories keep changing, a full fit at least this often (else output layers only)
 FULL_REFIT_S = 600.0
+#: an index of at most this many agents is fitted at once by every router, unannounced
+TINY = 2
 
 
 class Refitter:
@@ -97,8 +99,8 @@ class Refitter:
         """The fit due here and now: True a full one, False the output layer, None none."""
         if not self.index.dirty:
             return None
-        if len(self.index) <= 2:
-            return True  # a fit of two agents costs next to nothing; routing waits for it
+        if len(self.index) <= TINY:
+            return True  # a fit of two agents costs little; routing waits for it
         if not self.leader.fits_here(now):
             return None  # another router fits for the mesh: its head will arrive
         full, outputs = self._cost[True], self._cost[False]
@@ -162,6 +164,8 @@ class Refitter:
         logger.debug(
             "%s refit of %d agents in %.2f CPU-s", "full" if full else "output", len(ids), cpu_s
         )
+        if len(ids) <= TINY:
+            return cpu_s  # every router fits a tiny index itself, at once
         lease_s = 2 * (WINDOW_S + time.monotonic() - started)
         try:
             for event in self._events(result, lease_s, full):

@@ -58,9 +58,10 @@ async def test_the_second_router_installs_the_first_routers_head(
             lambda: (
                 other.keeper.refitter.fits_received >= 1
                 and not other.keeper.refitter.leader.fits_here(time.monotonic())
-            )
+            ),
+            timeout=30,
         )
-        await wait_until(lambda: not first.index.dirty and not other.index.dirty)
+        await wait_until(lambda: not first.index.dirty and not other.index.dirty, timeout=30)
         fits_before = other.keeper.fits
         query = embedder.embed(["is the red one available"])[0]
         assert _ranks_agree(first, other, query)
