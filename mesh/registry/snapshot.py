@@ -2,7 +2,9 @@
 
 ``start()`` binds an exclusive, auto-delete queue (`Topology.snapshot_queue`) to the events
 exchange for ``agent.*``, then loads everything from Redis (so a router started after the
-agents sees them), then resyncs from Redis every ``snapshot_resync_s``. Between resyncs it
+agents sees them), then resyncs from Redis every ``snapshot_resync_s``; while resyncs find
+nothing the events missed, the pause doubles up to `RESYNC_BACKOFF` times that (an idle
+mesh reads its whole registry once a minute, not six times). Between resyncs it
 applies ``agent.up`` (registration included: no Redis read), ``agent.down`` and the bulk
 ``agent.leases`` renewals (leases and loads).
 
@@ -47,6 +49,9 @@ from mesh.wire import NoAck, Subscriber
 from schemas import Event, now_ms
 
 logger = logging.getLogger(__name__)
+
+#: the pause between resyncs grows to at most this many ``snapshot_resync_s``
+RESYNC_BACKOFF = 6
 
 ChangeHook = Callable[[str], None]
 
@@ -181,16 +186,20 @@ class AgentSnapshot(Lifecycle):
 
     # --- resync ------------------------------------------------------------------------------
     async def _resync_loop(self) -> None:
+        base = pause = self.conn.settings.snapshot_resync_s
         while True:
             raise_if_cancelling()
-            await asyncio.sleep(self.conn.settings.snapshot_resync_s)
+            await asyncio.sleep(pause)
             try:
-                await self.resync()
+                found = await self.resync()
             except (RedisError, OSError, aio_pika.exceptions.AMQPError):
                 logger.warning("snapshot %s: resync failed", self.snapshot_id, exc_info=True)
+                found = True
+            pause = base if found else min(pause * 2, base * RESYNC_BACKOFF)
 
-    async def resync(self) -> None:
-        """Reload from Redis and merge: Redis wins unless an event is newer than the read."""
+    async def resync(self) -> bool:
+        """Reload from Redis and merge: Redis wins unless an event is newer than the read.
+        Returns whether it changed an agent (something the events had not brought)."""
         started = time.monotonic()
         # under access control a snapshot reads only: the registry prunes the sets
         prune = not self.conn.settings.access_control
@@ -208,6 +217,7 @@ class AgentSnapshot(Lifecycle):
                 changed.add(agent_id)
         for agent_id in sorted(changed):
             self._changed(agent_id)
+        return bool(changed)
 
     def _merge(
         self, old: AgentState | None, new: AgentState | None, started: float
