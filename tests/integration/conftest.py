@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.keys import Keys
 from mesh.management import Management
+from mesh.router.embedding import Embedder, build_embedder
 from mesh.topology import Topology, declare_spec
 from tests.integration.access_kit import (
     AGENT_A,
@@ -27,6 +28,7 @@ from tests.integration.access_kit import (
     plan_for,
     role_settings,
 )
+from tests.integration.routing_kit import SemanticMesh
 
 
 @pytest.fixture
@@ -131,3 +133,20 @@ async def as_user(mesh_access: Provisioned) -> AsyncIterator[Any]:
             await cleaner.execute_command("ACL", "DELUSER", mesh_access.user(role))
     finally:
         await cleaner.aclose()
+
+
+# --- a semantic mesh (the routing and story tests) --------------------------------------------
+@pytest.fixture(scope="session")
+def embedder() -> Iterator[Embedder]:
+    """The router's model, loaded once for the whole run."""
+    e = build_embedder(Settings())
+    e.start()
+    yield e
+
+
+@pytest.fixture
+async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
+    """Registry, semantic router and workers in this process (`SemanticMesh.start`)."""
+    m = SemanticMesh(conn, embedder)
+    yield m
+    await m.close()

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ import pytest
 from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.router.embedding import Embedder, build_embedder
+from mesh.router.embedding import Embedder
 from mesh.router.memory import ExampleMemory
 from mesh.services import build_selector
 from schemas import TaskEnvelope, decode
@@ -25,20 +24,6 @@ from tests.integration.dispatch_kit import drain_queue
 from tests.integration.routing_kit import EventTap, SemanticMesh, agent
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Iterator[Embedder]:
-    e = build_embedder(Settings())
-    e.start()
-    yield e
-
-
-@pytest.fixture
-async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
-    m = SemanticMesh(conn, embedder)
-    yield m
-    await m.close()
 
 
 REFUNDS = agent(

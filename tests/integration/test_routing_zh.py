@@ -10,32 +10,15 @@ knowledge-base agent. The agents' texts are written here, after the seeds' descr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from mesh.client import MeshClient
-from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.router.embedding import Embedder, build_embedder
 from tests.conftest import wait_until
 from tests.integration.routing_kit import EventTap, SemanticMesh, agent
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Iterator[Embedder]:
-    e = build_embedder(Settings())
-    e.start()
-    yield e
-
-
-@pytest.fixture
-async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
-    m = SemanticMesh(conn, embedder)
-    yield m
-    await m.close()
 
 
 SUPPORT_TEAM = [

@@ -9,16 +9,13 @@ that breaks B's output contract fails ``bad_handler_output``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
 
 from mesh import Agent, MeshClient, TaskContext
-from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.router.embedding import Embedder, build_embedder
 from mesh.testing import AgentHarness
 from schemas import TaskEnvelope
 from tests.integration.dispatch_kit import start_router, start_worker
@@ -52,20 +49,6 @@ def order_agent(seen: list[dict[str, Any]]) -> Agent:
         return {"state": "shipped"}
 
     return agent
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Iterator[Embedder]:
-    e = build_embedder(Settings())
-    e.start()
-    yield e
-
-
-@pytest.fixture
-async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
-    m = SemanticMesh(conn, embedder)
-    yield m
-    await m.close()
 
 
 async def test_field_mismatch_the_router_refuses_a_payload_the_target_cannot_take(

@@ -10,7 +10,6 @@ and C receives no new task until its half-open probe.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -18,20 +17,13 @@ import pytest
 from mesh import Agent, DownstreamBusy, MeshClient, TaskContext
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.router.embedding import Embedder, build_embedder
+from mesh.router.embedding import Embedder
 from mesh.services import build_selector
 from schemas import TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.routing_kit import SemanticMesh
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Iterator[Embedder]:
-    e = build_embedder(Settings())
-    e.start()
-    yield e
 
 
 @pytest.fixture
@@ -44,13 +36,6 @@ def settings(namespace: str) -> Settings:
         breaker_min_calls=3,
         breaker_open_s=60.0,
     )
-
-
-@pytest.fixture
-async def mesh(conn: MeshConnection, embedder: Embedder) -> AsyncIterator[SemanticMesh]:
-    m = SemanticMesh(conn, embedder)
-    yield m
-    await m.close()
 
 
 def cascade() -> tuple[Agent, Agent, Agent, list[str]]:
