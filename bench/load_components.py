@@ -11,10 +11,47 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from bench.load import Closed, Idle
+
+class Run(Protocol):
+    """One closed-loop run of `bench.load` (its `Row`), as far as the tables read it."""
+
+    @property
+    def cpu_ms_per_task(self) -> Mapping[str, float]: ...
+    @property
+    def amqp_per_task(self) -> Mapping[str, float]: ...
+    @property
+    def redis_per_task(self) -> Mapping[str, float]: ...
+
+
+class Closed(Protocol):
+    """A repeated closed-loop point of `bench.load` (its `Closed`)."""
+
+    @property
+    def config(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def agents(self) -> int: ...
+    @property
+    def routers(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def runs(self) -> Sequence[Run]: ...
+
+
+class Idle(Protocol):
+    """Each process's idle CPU of `bench.load` (its `Idle`)."""
+
+    @property
+    def config(self) -> str: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def cores(self) -> Mapping[str, float]: ...
+
 
 #: CPU ms per semantic task at 100 agents, closed loop, 100 in flight (the CPU budget issue)
 BUDGET_MS: dict[str, float] = {
