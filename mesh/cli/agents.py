@@ -2,6 +2,8 @@
 
 One row per instance: status (idle / busy / down; a lapsed lease is down), load, fencing
 token and the age of its last heartbeat, by Redis' clock. ``--json`` prints the same data.
+``--schemas`` prints each agent's contract instead: the JSON Schemas of its payload and
+output (`Agent(input_model=...)`; none: the agent declared no contract).
 """
 
 from __future__ import annotations
@@ -20,7 +22,25 @@ def register(sub: Any) -> None:
     p = sub.add_parser("agents", help="list agents and their instances (status, load, token)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--live", action="store_true", help="only live instances")
+    p.add_argument(
+        "--schemas",
+        action="store_true",
+        help="print each agent's contract (input and output JSON Schemas) instead",
+    )
     p.set_defaults(func=_agents)
+
+
+def contracts(agents: dict[str, AgentState]) -> dict[str, dict[str, Any]]:
+    """Each registered agent's input and output schema (None: not declared)."""
+    found: dict[str, dict[str, Any]] = {}
+    for agent_id in sorted(agents):
+        registration = agents[agent_id].registration
+        if registration is not None:
+            found[agent_id] = {
+                "input_schema": registration.input_schema,
+                "output_schema": registration.output_schema,
+            }
+    return found
 
 
 def rows(
@@ -86,15 +106,24 @@ def _status(row: dict[str, Any]) -> str:
     return str(row["status"])
 
 
-async def collect(settings: Settings, *, live_only: bool = False) -> list[dict[str, Any]]:
+async def _state(settings: Settings) -> tuple[dict[str, AgentState], int]:
     async with await connect(settings, name="mesh-agents") as conn:
         seconds, micros = await conn.redis.time()
         now = int(seconds) * 1000 + int(micros) // 1000
         state = await load_state(conn.redis, conn.keys, prune=not conn.settings.access_control)
-        return rows(state, now, live_only=live_only)
+        return state, now
+
+
+async def collect(settings: Settings, *, live_only: bool = False) -> list[dict[str, Any]]:
+    state, now = await _state(settings)
+    return rows(state, now, live_only=live_only)
 
 
 def _agents(args: argparse.Namespace, settings: Settings) -> int:
+    if args.schemas:
+        state, _now = asyncio.run(_state(settings))
+        print(dumps(contracts(state)).decode())
+        return 0
     table = asyncio.run(collect(settings, live_only=args.live))
     if args.json:
         print(dumps(table).decode())

@@ -9,12 +9,17 @@ that breaks B's output contract fails ``bad_handler_output``.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict
 
 from mesh import Agent, MeshClient, TaskContext
+from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.testing import AgentHarness
 from schemas import TaskEnvelope
@@ -92,3 +97,25 @@ async def test_the_harness_checks_the_contract_too() -> None:
     result = await harness.run({"order_id": "1"})
     assert result.error is not None and result.error.code == "bad_payload"
     assert seen == []
+
+
+@pytest.mark.access_off("runs the CLI with the default login")
+async def test_mesh_agents_schemas_shows_each_agents_contract(
+    mesh: SemanticMesh, settings: Settings
+) -> None:
+    await mesh.start(order_agent([]))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mesh.cli.main",
+        "agents",
+        "--schemas",
+        env={**os.environ, "MESH_NAMESPACE": settings.namespace},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, err.decode()
+    shown = json.loads(out)
+    assert shown["orders"]["input_schema"] == OrderLookup.model_json_schema()
+    assert shown["orders"]["output_schema"] == OrderState.model_json_schema()
