@@ -4,11 +4,13 @@ Under access control (``MESH_ACCESS_CONTROL``) events are believed only from the
 is entitled to them, however the topic permissions were set:
 
 - ``agent.*`` (up, down, leases): from a registry;
-- ``task.*`` and ``route.*`` outcomes: from a router, or from the worker user of the very
-  agent the event names (a worker of agent B cannot open A's breaker with forged
-  ``task.failed`` events, nor teach the routers about A);
-- ``route.feedback``: from a router (a client's feedback goes to a router over AMQP,
-  which checks the client owns the task and emits the event).
+- ``task.*`` outcomes: from a router, or from the worker user of the very agent the event
+  names (a worker of agent B cannot open A's breaker with forged ``task.failed`` events);
+- ``route.*`` (what routers tell each other: learned texts, fitted heads, decisions,
+  feedback): from a router only. A ``route.learned`` carries texts for any number of
+  agents: no worker may teach the routers, not even about its own agent (a client's
+  feedback goes to a router over AMQP, which checks the client owns the task and emits
+  ``route.feedback`` itself).
 
 Without access control every event is believed, as before.
 """
@@ -35,8 +37,8 @@ class EventTrust:
         kind = role.kind if role is not None else ""
         if event.type.startswith("agent."):
             ok = kind == "registry"
-        elif event.type == "route.feedback":
-            ok = kind == "router"  # clients send feedback to a router, which emits this
+        elif event.type.startswith("route."):
+            ok = kind == "router"  # what routers tell each other; feedback goes through one
         else:
             ok = kind == "router" or self.scope.is_worker_of(user_id, event.agent_id)
         if not ok:

@@ -33,6 +33,16 @@ def test_outcomes_only_from_a_router_or_the_agents_own_worker() -> None:
     assert not trust.believes("mesh:client.web", feedback)  # it goes through a router
 
 
+def test_what_routers_tell_each_other_counts_only_from_a_router() -> None:
+    trust = _trust()
+    for kind in ("route.learned", "route.fitted", "route.decision"):
+        # a worker's own agent named on the event: still not one of the routers
+        told = Event(type=kind, agent_id="pay", data={"items": []})
+        assert trust.believes("mesh:router", told)
+        assert not trust.believes("mesh:worker.pay", told), kind
+        assert not trust.believes("mesh:client.web", told)
+
+
 def test_without_access_control_everything_counts() -> None:
     trust = EventTrust(Settings())
     assert trust.believes(None, Event(type="agent.down", agent_id="pay", data={}))
