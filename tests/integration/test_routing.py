@@ -291,20 +291,30 @@ async def test_feedback_teaches_and_penalises(mesh: SemanticMesh, conn: MeshConn
 @pytest.mark.access_off("runs the CLI with the default login")
 async def test_mesh_explain_prints_the_ranked_table(mesh: SemanticMesh, settings: Settings) -> None:
     await mesh.start(REFUNDS, LOGISTICS)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "mesh.cli.main",
-        "explain",
-        "where is my package?",
-        "--json",
-        env={**os.environ, "MESH_NAMESPACE": settings.namespace},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 0, err.decode()
-    report = json.loads(out)
+
+    async def explain() -> dict[str, Any]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "mesh.cli.main",
+            "explain",
+            "where is my package?",
+            "--json",
+            env={**os.environ, "MESH_NAMESPACE": settings.namespace},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        assert proc.returncode == 0, err.decode()
+        found: dict[str, Any] = json.loads(out)
+        return found
+
+    # the CLI ranks the agents live when it looks: with this test's 1.5 s leases a loaded
+    # machine can show one lapsed for a moment, so it looks again (at most 3 times)
+    for _ in range(3):
+        report = await explain()
+        if len(report["candidates"]) == 2:
+            break
     assert report["chosen"] == "logistics"
     assert [c["agent_id"] for c in report["candidates"]] == ["logistics", "refunds"]
     assert "logistics wins" in report["reason"]
