@@ -49,10 +49,10 @@ REPLY_QUEUE_EXPIRES_MS = 600_000
 ANSWERED_MEMORY = 10_000
 #: while a request waits, how often the client looks for a router again
 ROUTER_RECHECK_S = 1.5
-#: a waiting request fails with `NoRouter` once this many looks in a row found no router
-#: and ingress messages waiting (one look could fall between a broker restart and the
-#: routers' reconnect)
-ROUTERLESS_LOOKS = 2
+#: a waiting request fails with `NoRouter` once every look for this long found no router
+#: and ingress messages waiting: longer than a router's failover to another cluster node or
+#: its restart in a deploy, which a waiting request must outlive (its task is routed then)
+ROUTERLESS_S = 10.0
 #: how `route.strategy` marks a task a local rule sent
 LOCAL_RULE_ROUTE = RouteInfo(strategy="local_rule")
 
@@ -331,15 +331,15 @@ class MeshClient(Lifecycle):
 
         Raises:
             RequestTimeout: no Result in time.
-            NoRouter: no router consumed ingress for `ROUTERLESS_LOOKS` looks in a row while
-                ingress messages waited (the task is probably among them).
+            NoRouter: no router consumed ingress for `ROUTERLESS_S` while ingress messages
+                waited (the task is probably among them).
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + limit
         # a task a local rule sent needs no router
         routed = sent.route is None or sent.route.strategy != LOCAL_RULE_ROUTE.strategy
         routed = routed and not self.wait_for_router
-        routerless = 0
+        routerless_since: float | None = None
         while True:
             left = end - loop.time()
             if left <= 0:
@@ -351,10 +351,11 @@ class MeshClient(Lifecycle):
                 continue
             seen = await self.watch.read(max_age_s=ROUTER_RECHECK_S / 2)
             if seen is None or seen.routers or not seen.waiting:
-                routerless = 0
+                routerless_since = None
                 continue
-            routerless += 1
-            if routerless >= ROUTERLESS_LOOKS:
+            now = loop.time()
+            routerless_since = now if routerless_since is None else routerless_since
+            if now - routerless_since >= ROUTERLESS_S:
                 reason = " any more (the task waits there until one does)"
                 raise NoRouter(self.topology.router_queue, sent.task_id, reason)
 
