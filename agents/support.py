@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mesh import Agent, TaskContext
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 
 refunds = Agent(
     "support.refunds",

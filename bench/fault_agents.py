@@ -27,7 +27,7 @@ from typing import Any
 import redis.asyncio as redis_asyncio
 
 from mesh import Agent, TaskContext
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 
 #: topics of the agents' capability texts (semantic mode routes on them)
 TOPICS = (

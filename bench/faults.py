@@ -77,8 +77,8 @@ from mesh.dispatch.store import TaskStore  # noqa: E402
 from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
-from schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
-from schemas.result import TERMINAL_STATUSES  # noqa: E402
+from mesh.schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
+from mesh.schemas.result import TERMINAL_STATUSES  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
 SCENARIOS = ("kill30", "broker-restart", "redis-restart", "router-kill", "registry-kill")

@@ -76,7 +76,7 @@ from mesh.connection import MeshConnection, connect  # noqa: E402
 from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
-from schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
+from mesh.schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
 PYTHON = str(ROOT / ".venv" / "bin" / "python")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mesh import Agent, TaskContext
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 
 DATA = Path(__file__).resolve().parent / "data" / "clinc150"
 #: examples an agent copy (k >= 150) keeps of its intent's examples

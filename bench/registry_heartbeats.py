@@ -28,7 +28,7 @@ from mesh.management import Management
 from mesh.registry import protocol
 from mesh.registry.service import RegistryService
 from mesh.registry.state import load_state
-from schemas import Heartbeat, Registration, RegistrationAck, decode, now_ms
+from mesh.schemas import Heartbeat, Registration, RegistrationAck, decode, now_ms
 
 
 def registry_process(overrides: dict[str, Any], pipe: Connection) -> None:

@@ -48,9 +48,9 @@ from mesh.keys import Keys  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.metrics import Metrics  # noqa: E402
 from mesh.router.service import RouterService  # noqa: E402
+from mesh.schemas import TaskEnvelope  # noqa: E402
 from mesh.services import start_registry, start_worker  # noqa: E402
 from mesh.topology import Topology  # noqa: E402
-from schemas import TaskEnvelope  # noqa: E402
 
 AGENT = "hop.echo"
 Send = Callable[[int], Awaitable[None]]

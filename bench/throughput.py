@@ -28,7 +28,7 @@ from mesh.config import Settings  # noqa: E402
 from mesh.connection import connect  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.snapshot import AgentSnapshot  # noqa: E402
-from schemas import new_id  # noqa: E402
+from mesh.schemas import new_id  # noqa: E402
 
 TEXTS = (
     "where is my parcel? it was due yesterday",

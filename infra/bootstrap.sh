@@ -10,7 +10,7 @@ fi
 stamp="$root/.venv/.agent-reach-installed"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
   # the router extra brings the embedding stack: the demo and the tests run routers
-  echo "bootstrap: installing agent-reach with its router extra and dev tools into .venv"
+  echo "bootstrap: installing agent-reach-mesh with its router extra and dev tools into .venv"
   "$root/.venv/bin/python" -m pip install -q --upgrade pip
   "$root/.venv/bin/python" -m pip install -q -e "$root[dev,router]"
   touch "$stamp"

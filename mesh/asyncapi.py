@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,9 +29,11 @@ from mesh.client import REPLY_QUEUE_EXPIRES_MS
 from mesh.config import Settings
 from mesh.contract import TABLE, Row
 from mesh.dispatch.states import STATES
+from mesh.distribution import installed_version
 from mesh.observer.alerts import ALERT_KINDS
 from mesh.registry.events import AGENT_DOWN, AGENT_EVENTS, AGENT_LEASES, AGENT_UP
 from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS
+from mesh.schemas import WIRE_MODELS
 from mesh.topology import (
     AGENT_HEADER,
     CONCURRENCY_HEADER,
@@ -54,13 +55,10 @@ from mesh.topology import (
     Topology,
     TopologySpec,
 )
-from schemas import WIRE_MODELS
 
 ASYNCAPI_VERSION = "3.0.0"
 AMQP_BINDING_VERSION = "0.3.0"
 TITLE = "Agent-Reach mesh"
-#: the distribution whose version the document carries (as `mesh --version`)
-DISTRIBUTION = "agent-reach"
 
 # AsyncAPI parameters: the ids a name or key holds that only exist at run time
 AGENT = "{agentId}"
@@ -100,10 +98,8 @@ _PARAM = re.compile(r"{([A-Za-z]+)}")
 
 def version() -> str:
     """The installed package's version (what `mesh --version` prints)."""
-    try:
-        return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:  # a checkout that is not installed
-        return "0.0.0+unknown"
+    found = installed_version()
+    return found if found[0].isdigit() else "0.0.0+unknown"
 
 
 def event_types() -> list[str]:

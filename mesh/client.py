@@ -38,8 +38,8 @@ from mesh.local_rules import LocalRules, rules_for
 from mesh.messaging import Publisher
 from mesh.retrying import PUBLISH_RETRY_S, TRANSIENT_ERRORS, with_retries
 from mesh.router_watch import RouterWatch
+from mesh.schemas import InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, new_id, now_ms
 from mesh.wire import AckAfter, Subscriber
-from schemas import InvalidEnvelope, Result, RouteInfo, TaskEnvelope, decode, new_id, now_ms
 
 logger = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
 from mesh.keys import Keys
 from mesh.lifecycle import Lifecycle
 from mesh.redis_pool import redis_client
+from mesh.schemas import new_id
 from mesh.topology import Topology
-from schemas import new_id
 
 logger = logging.getLogger(__name__)
 

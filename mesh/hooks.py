@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
-from schemas import Result, RouteInfo, TaskEnvelope
+from mesh.schemas import Result, RouteInfo, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics, WatchKind

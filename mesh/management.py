@@ -20,7 +20,7 @@ from typing import Any
 from mesh.config import Settings, mask_url
 from mesh.connection import find_tls_error, tls_config_error, tls_reason
 from mesh.errors import ConfigError, ManagementRequestFailed, ServiceUnavailable
-from schemas.codec import dumps, loads
+from mesh.schemas.codec import dumps, loads
 
 
 def _q(name: str) -> str:

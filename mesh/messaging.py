@@ -24,6 +24,8 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, PublishNacked
 from mesh.lifecycle import Lifecycle
 from mesh.retrying import TRANSIENT_ERRORS
+from mesh.schemas import Event, Result, TaskEnvelope, encode
+from mesh.schemas.codec import dumps
 from mesh.topology import (
     DETAILS_HEADER,
     INVALID_KEEP_BYTES,
@@ -35,8 +37,6 @@ from mesh.topology import (
     message_priority,
 )
 from mesh.tracing import tracing_for
-from schemas import Event, Result, TaskEnvelope, encode
-from schemas.codec import dumps
 
 if TYPE_CHECKING:
     from mesh.tracing.spans import Tracing

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas import ErrorInfo, Result, TaskEnvelope
-from schemas.result import Status
+from mesh.schemas import ErrorInfo, Result, TaskEnvelope
+from mesh.schemas.result import Status
 
 
 def error_result(

@@ -24,9 +24,9 @@ from mesh.router.embedding import Embedder, build_embedder
 from mesh.router.selector import SemanticSelector
 from mesh.router.service import RouterService
 from mesh.router.threads import limit_blas_threads
+from mesh.schemas import new_id
 from mesh.worker.agent import Agent
 from mesh.worker.runtime import WorkerRuntime
-from schemas import new_id
 
 Stop = Callable[[], Awaitable[None]]
 C = TypeVar("C", bound=Component)

@@ -35,6 +35,7 @@ from mesh.dispatch.store import Holder
 from mesh.errors import ContextNotFound, StaleFencingToken
 from mesh.keys import Keys
 from mesh.results import error_result
+from mesh.schemas import Result, TaskEnvelope, encode, now_ms
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.deps import HandoffClient, TaskDeps
@@ -47,7 +48,6 @@ from mesh.worker.middleware import (
     handler_step,
 )
 from mesh.worker.outcome import Outcome, terminal_result, unstorable_result
-from schemas import Result, TaskEnvelope, encode, now_ms
 
 #: what a stub agent may be: an agent, an async function of the task, or a fixed output
 Stub = Agent | Callable[[TaskEnvelope], Awaitable[dict[str, Any]]] | Mapping[str, Any]

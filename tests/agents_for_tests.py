@@ -18,8 +18,8 @@ from mesh import Agent, TaskContext
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.registry.fencing import check_token, issue_token
+from mesh.schemas import TaskEnvelope, now_ms
 from mesh.worker.runtime import WorkerRuntime
-from schemas import TaskEnvelope, now_ms
 
 
 class LeaseMembership:

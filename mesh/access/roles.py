@@ -54,8 +54,8 @@ from mesh.access.patterns import ANY_KEY, lit, starting
 from mesh.contract import Consume, Publish, Who
 from mesh.errors import ConfigError
 from mesh.keys import Keys
+from mesh.schemas.envelope import Identifier
 from mesh.topology import DEAD_REASONS, Topology
-from schemas.envelope import Identifier
 
 RoleKind = Literal["admin", "router", "registry", "worker", "client", "observer"]
 #: roles that exist once per namespace, and roles that exist once per name

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from mesh.access.roles import AccessScope
-from schemas import Event
+from mesh.schemas import Event
 
 
 class EventTrust:

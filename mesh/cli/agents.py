@@ -15,7 +15,7 @@ from typing import Any
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.registry.state import AgentState, load_state
-from schemas.codec import dumps
+from mesh.schemas.codec import dumps
 
 
 def register(sub: Any) -> None:

@@ -12,8 +12,8 @@ from mesh.cli._broker import require_namespace, topology_of
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.dispatch.dead_letters import peek, replay
+from mesh.schemas.codec import dumps
 from mesh.topology import DEAD_REASONS
-from schemas.codec import dumps
 
 
 def register(sub: Any) -> None:

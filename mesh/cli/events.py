@@ -18,8 +18,8 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.schemas import Event, InvalidEnvelope, decode, encode, new_id
 from mesh.wire import NoAck, Subscriber
-from schemas import Event, InvalidEnvelope, decode, encode, new_id
 
 #: what a line shows of an event's data, by event type prefix (the rest: --json)
 _SHOWN = ("code", "error", "route", "from_agent", "reason", "attempt", "delay_ms")

@@ -17,7 +17,7 @@ from mesh.cli.request import parse_tags
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.router.scoring import Candidate, Decision
-from schemas.codec import dumps
+from mesh.schemas.codec import dumps
 
 COLUMNS = (
     "agent_id",

@@ -23,7 +23,7 @@ from mesh.connection import MeshConnection, connect
 from mesh.errors import MeshError, Unhealthy
 from mesh.management import Management
 from mesh.registry.state import load_state
-from schemas import now_ms
+from mesh.schemas import now_ms
 
 
 def register(sub: Any) -> None:

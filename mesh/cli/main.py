@@ -14,13 +14,13 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 import aio_pika
 
 from mesh.cli._args import ROUTER_HINT, ROUTER_STACK, USAGE, MeshArgumentParser, UsageError
 from mesh.cli._broker import describe_channel_error
 from mesh.config import Settings
+from mesh.distribution import DISTRIBUTION, installed_version
 from mesh.errors import MeshError
 from mesh.logs import configure
 
@@ -50,10 +50,7 @@ COMMAND_MODULES = (
 
 
 def version() -> str:
-    try:
-        return metadata.version("agent-reach")
-    except metadata.PackageNotFoundError:  # run from a checkout that is not installed
-        return "unknown (not installed)"
+    return installed_version()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action="version",
-        version=f"mesh (agent-reach) {version()}",
-        help="print the installed agent-reach version and exit",
+        version=f"mesh ({DISTRIBUTION}) {version()}",
+        help=f"print the installed {DISTRIBUTION} version and exit",
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="what to run"

@@ -21,8 +21,8 @@ from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.errors import NoRouter, RequestTimeout
-from schemas import TaskEnvelope
-from schemas.codec import dumps, loads
+from mesh.schemas import TaskEnvelope
+from mesh.schemas.codec import dumps, loads
 
 #: seconds between the "waiting for task_id=..." lines
 PROGRESS_EVERY_S = 5.0

@@ -21,8 +21,8 @@ from mesh.cli._args import UsageError, positive_float
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.management import Management
-from schemas import now_ms
-from schemas.codec import dumps, loads
+from mesh.schemas import now_ms
+from mesh.schemas.codec import dumps, loads
 
 #: clear the terminal and go home (the view is redrawn in place)
 _REDRAW = "\x1b[H\x1b[2J"

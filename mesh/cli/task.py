@@ -10,7 +10,7 @@ from typing import Any
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.dispatch.store import TaskStore
-from schemas.codec import dumps
+from mesh.schemas.codec import dumps
 
 
 def register(sub: Any) -> None:

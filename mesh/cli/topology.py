@@ -6,16 +6,14 @@ import argparse
 import asyncio
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
-from mesh.cli._export import DEFAULT_NAMESPACE, write_or_check
+from mesh.cli._export import add_out_arguments, write_or_check
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.schemas.codec import dumps
 from mesh.topology import Topology
-from schemas.codec import dumps
 
-DEFAULT_PATH = Path("infra/definitions.json")
 #: an agent id, as `schemas` accepts it
 AGENT_ID = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
@@ -25,15 +23,10 @@ def register(sub: Any) -> None:
     tsub = p.add_subparsers(
         dest="action", required=True, metavar="ACTION", help="export or declare"
     )
-    e = tsub.add_parser("export", help="write RabbitMQ definitions (import_definitions format)")
-    e.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help=f"target file (default {DEFAULT_PATH}, which always holds namespace "
-        f"{DEFAULT_NAMESPACE!r})",
+    e = tsub.add_parser(
+        "export", help="print (or write) RabbitMQ definitions (import_definitions format)"
     )
-    e.add_argument("--check", action="store_true", help="exit 1 if the file differs")
+    add_out_arguments(e, what="the definitions", example="definitions.json")
     e.set_defaults(func=_export)
     for name in ("apply", "declare"):
         d = tsub.add_parser(
@@ -56,7 +49,7 @@ def register(sub: Any) -> None:
 
 
 def render(settings: Settings) -> bytes:
-    """The committed definitions file: the default namespace's static topology."""
+    """The configured namespace's static topology as RabbitMQ definitions."""
     import orjson
 
     topology = Topology.from_settings(settings)
@@ -64,14 +57,7 @@ def render(settings: Settings) -> bytes:
 
 
 def _export(args: argparse.Namespace, settings: Settings) -> int:
-    return write_or_check(
-        args,
-        settings,
-        render,
-        default_path=DEFAULT_PATH,
-        shown=str(DEFAULT_PATH),
-        command="mesh topology export",
-    )
+    return write_or_check(args, settings, render, command="mesh topology export")
 
 
 def _declare(args: argparse.Namespace, settings: Settings) -> int:

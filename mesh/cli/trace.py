@@ -22,8 +22,8 @@ from mesh.connection import connect
 from mesh.dispatch.store import TaskStore
 from mesh.observer.store import TraceStore, task_records, trace_tasks
 from mesh.observer.tree import Hop, Trace, build_trace, parent_left_ms
-from schemas.codec import dumps
-from schemas.envelope import Identifier
+from mesh.schemas.codec import dumps
+from mesh.schemas.envelope import Identifier
 
 _IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 #: timings shown on a hop's line, in this order

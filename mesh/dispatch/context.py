@@ -10,7 +10,7 @@ from typing import Any
 
 from mesh.errors import ContextNotFound
 from mesh.keys import Keys
-from schemas.codec import dumps, loads
+from mesh.schemas.codec import dumps, loads
 
 REF_PREFIX = "ctx:"
 

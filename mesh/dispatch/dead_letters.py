@@ -15,9 +15,9 @@ from typing import Any
 
 from mesh.connection import MeshConnection
 from mesh.messaging import Publisher
+from mesh.schemas import InvalidEnvelope, TaskEnvelope, decode, new_id
+from mesh.schemas.codec import loads
 from mesh.topology import DETAILS_HEADER, REASON_HEADER, DeadReason
-from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id
-from schemas.codec import loads
 
 
 @dataclass(frozen=True, slots=True)

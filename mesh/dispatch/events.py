@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mesh.messaging import Publisher
-from schemas import Event
+from mesh.schemas import Event
 
 #: states of a task on its normal way, before its outcome
 PROGRESS_STATES = frozenset({"submitted", "routing", "dispatched", "accepted", "processing"})

@@ -18,8 +18,8 @@ from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
 from mesh.redis_health import RedisHealth
 from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS, with_retries
+from mesh.schemas import ErrorInfo, Result, now_ms
 from mesh.tasks import raise_if_cancelling
-from schemas import ErrorInfo, Result, now_ms
 
 logger = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from mesh.dispatch import lua
 from mesh.keys import Keys
 from mesh.messaging import waiter_of
 from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
-from schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
-from schemas.codec import loads
+from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
+from mesh.schemas.codec import loads
 
 logger = logging.getLogger(__name__)
 

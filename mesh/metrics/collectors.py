@@ -17,7 +17,7 @@ from typing import Any, Literal
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mesh.metrics.names import BREAKER_STATES, SCRAPED
-from schemas import now_ms
+from mesh.schemas import now_ms
 
 WatchKind = Literal["router", "registry", "worker"]
 #: a family with samples added one by one

@@ -38,7 +38,7 @@ from mesh.metrics.names import (
     ROUTING_BUCKETS,
     TASK_BUCKETS,
 )
-from schemas import now_ms
+from mesh.schemas import now_ms
 
 #: header a router stamps on a dispatch when its metrics are on (epoch ms of the publish):
 #: a worker's queue-wait histogram is measured from it (without it, nothing is observed)

@@ -38,9 +38,9 @@ from typing import Any, Literal
 
 from mesh.config import default_of
 from mesh.observer.windows import CountWindow, GrowthWindow, RatioWindow
+from mesh.schemas import Event
 from mesh.topology import DEAD_REASONS, Topology
 from mesh.worker.middleware import LOOP_VISITS
-from schemas import Event
 
 AlertState = Literal["raised", "cleared"]
 #: every alert the observer raises, as ``alert.<kind>`` events (README "Alerts")

@@ -18,9 +18,9 @@ from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
 from mesh.retrying import quietly
+from mesh.schemas import Event, InvalidEnvelope, decode
 from mesh.topology import ALL_EVENTS, OBSERVED_EVENTS, declare_spec
 from mesh.wire import AckAfter, Subscriber
-from schemas import Event, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from mesh.clock import Clock
 from mesh.dispatch.states import TERMINAL
 from mesh.router.breaker import BreakerBoard
 from mesh.router.outcomes import NOT_THE_AGENTS_FAULT, OUTCOME_KINDS
-from schemas import Event
+from mesh.schemas import Event
 
 #: latencies kept per agent for the percentiles
 LATENCY_SAMPLES = 1_000

@@ -23,8 +23,8 @@ from typing import Any
 
 from mesh.errors import ConfigError
 from mesh.observer.alerts import Alert
-from schemas import Event, now_ms
-from schemas.codec import dumps
+from mesh.schemas import Event, now_ms
+from mesh.schemas.codec import dumps
 
 STREAMS = ("trace", "decisions", "alerts")
 #: ``agent.leases`` batches renewals: frequent and of no use in a log

@@ -36,8 +36,8 @@ from mesh.observer.figures import Figures
 from mesh.observer.journal import Journal
 from mesh.observer.store import TraceStore
 from mesh.retrying import TRANSIENT_ERRORS
-from schemas import Event, new_id, now_ms
-from schemas.codec import dumps
+from mesh.schemas import Event, new_id, now_ms
+from mesh.schemas.codec import dumps
 
 logger = logging.getLogger(__name__)
 

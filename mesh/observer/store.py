@@ -18,7 +18,7 @@ from typing import Any
 
 from mesh.dispatch.store import TaskStore
 from mesh.keys import Keys
-from schemas import Event, InvalidEnvelope, decode
+from mesh.schemas import Event, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from mesh.dispatch.states import TERMINAL
 from mesh.observer.store import TaskRecord
-from schemas import Event
+from mesh.schemas import Event
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import Registration
+from mesh.schemas import Registration
 
 #: Registration limits the mapping truncates to
 _MAX_TEXT = 4_000

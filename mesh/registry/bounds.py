@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from mesh.access.refusal import Refusal
 from mesh.config import Settings
-from schemas import Registration
+from mesh.schemas import Registration
 
 
 class ProfileBounds:

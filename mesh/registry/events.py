@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from mesh.registry.state import InstanceState
-from schemas import Event, Registration
+from mesh.schemas import Event, Registration
 
 AGENT_UP = "agent.up"
 AGENT_DOWN = "agent.down"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from mesh.functions import Library
 from mesh.keys import Keys
 from mesh.registry.fencing import NEXT_TOKEN_LUA
-from schemas import Registration, encode
+from mesh.schemas import Registration, encode
 
 #: how long a down instance stays visible (``mesh agents``) before its hash expires
 DOWN_RETENTION_MS = 3_600_000

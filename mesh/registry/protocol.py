@@ -21,9 +21,9 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import DeliveryMode
 
+from mesh.schemas import Deregistration, Heartbeat, Registration, encode
+from mesh.schemas.codec import dumps
 from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
-from schemas import Deregistration, Heartbeat, Registration, encode
-from schemas.codec import dumps
 
 JSON = "application/json"
 

@@ -45,10 +45,7 @@ from mesh.registry.events import LeaseRow, down_event, leases_event, up_event
 from mesh.registry.lease import SWEEP_BATCH, Beat, Grant, LeaseStore
 from mesh.registry.state import load_state
 from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
-from mesh.tasks import raise_if_cancelling
-from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
-from mesh.wire import NoAck, Subscriber
-from schemas import (
+from mesh.schemas import (
     Deregistration,
     Heartbeat,
     InvalidEnvelope,
@@ -58,8 +55,11 @@ from schemas import (
     encode,
     new_id,
 )
-from schemas.codec import dumps, loads, peek
-from schemas.result import FieldProblem
+from mesh.schemas.codec import dumps, loads, peek
+from mesh.schemas.result import FieldProblem
+from mesh.tasks import raise_if_cancelling
+from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
+from mesh.wire import NoAck, Subscriber
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics

@@ -35,10 +35,18 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RegistryError, RegistryUnavailable, StaleFencingToken
 from mesh.messaging import login_of
 from mesh.registry import fencing, protocol
+from mesh.schemas import (
+    Deregistration,
+    Heartbeat,
+    Registration,
+    RegistrationAck,
+    decode,
+    new_id,
+    now_ms,
+)
+from mesh.schemas.codec import loads
 from mesh.tasks import raise_if_cancelling
 from mesh.wire import NoAck, Subscriber
-from schemas import Deregistration, Heartbeat, Registration, RegistrationAck, decode, new_id, now_ms
-from schemas.codec import loads
 
 logger = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ from mesh.registry.events import (
     lease_rows,
 )
 from mesh.registry.state import AgentState, load_state
+from mesh.schemas import Event, now_ms
 from mesh.tasks import raise_if_cancelling
 from mesh.wire import NoAck, Subscriber
-from schemas import Event, now_ms
 
 logger = logging.getLogger(__name__)
 

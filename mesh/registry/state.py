@@ -13,7 +13,7 @@ from typing import Any
 
 from mesh.functions import Library
 from mesh.keys import Keys
-from schemas import InvalidEnvelope, Registration, decode
+from mesh.schemas import InvalidEnvelope, Registration, decode
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from mesh.connection import MeshConnection, process_queue_id
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
+from mesh.schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, now_ms
 from mesh.wire import NoAck, Subscriber
-from schemas import Bid, BidRequest, InvalidEnvelope, TaskEnvelope, decode, encode, now_ms
 
 logger = logging.getLogger(__name__)
 

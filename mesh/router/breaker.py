@@ -25,7 +25,7 @@ from typing import Any, Literal
 from mesh.clock import Clock, SystemClock
 from mesh.keys import Keys
 from mesh.retrying import TRANSIENT_ERRORS
-from schemas import now_ms
+from mesh.schemas import now_ms
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from mesh.router.reasons import (
     no_agent,
     time_left_ms,
 )
-from schemas import RouteInfo, TaskEnvelope
+from mesh.schemas import RouteInfo, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.router.deps import RouterDeps

@@ -19,8 +19,8 @@ from mesh.hooks import Hooks
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
 from mesh.router.reply_path import ReplyPath
+from mesh.schemas import Result, TaskEnvelope
 from mesh.topology import DeadReason, Topology
-from schemas import Result, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.router.guard import Guard

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from mesh.router.choice import Chooser
     from mesh.router.deps import RouterDeps
     from mesh.router.endings import Endings
-    from schemas import TaskEnvelope
+    from mesh.schemas import TaskEnvelope
 
 logger = logging.getLogger(__name__)
 

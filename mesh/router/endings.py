@@ -15,9 +15,9 @@ from mesh.access.refusal import Refusal
 from mesh.messaging import waiter, waiter_of
 from mesh.results import error_result
 from mesh.router.reasons import Ending
-from schemas import InvalidEnvelope, Result, TaskEnvelope
-from schemas.codec import peek
-from schemas.result import ErrorInfo
+from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope
+from mesh.schemas.codec import peek
+from mesh.schemas.result import ErrorInfo
 
 if TYPE_CHECKING:
     from mesh.router.delivery import Delivery

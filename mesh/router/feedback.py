@@ -26,7 +26,7 @@ from mesh.errors import ConfigError, UnknownTask
 from mesh.messaging import JSON, Publisher
 from mesh.retrying import PUBLISH_RETRY_S, with_retries
 from mesh.router.memory import COUNTED_BEFORE, ExampleMemory
-from schemas import Event, Feedback, encode
+from mesh.schemas import Event, Feedback, encode
 
 #: how long a routed task can still receive feedback
 ROUTE_RECORD_TTL_S = 86_400

@@ -26,8 +26,8 @@ from mesh.errors import UnknownTask
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.router.feedback import give_feedback
+from mesh.schemas import Feedback, InvalidEnvelope, decode
 from mesh.wire import AckAfter, Subscriber
-from schemas import Feedback, InvalidEnvelope, decode
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from mesh.access.patterns import reply_queue_regex
 from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope
+from mesh.schemas import TaskEnvelope
 from mesh.topology import Topology, message_priority
-from schemas import TaskEnvelope
 
 
 class Guard(Protocol):

@@ -17,7 +17,7 @@ from mesh.messaging import waiter_of
 from mesh.router.budget import IngressBudget
 from mesh.router.delivery import Delivery
 from mesh.router.returns import before_dispatch
-from schemas import InvalidEnvelope, TaskEnvelope, decode, now_ms
+from mesh.schemas import InvalidEnvelope, TaskEnvelope, decode, now_ms
 
 if TYPE_CHECKING:
     from mesh.router.deps import RouterDeps

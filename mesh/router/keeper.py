@@ -41,9 +41,9 @@ from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, Outcom
 from mesh.router.refits import FITTED_EVENT
 from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.router.vectors import VectorCache
+from mesh.schemas import Event, InvalidEnvelope, decode, now_ms
 from mesh.tasks import raise_if_cancelling
 from mesh.wire import NoAck, Subscriber
-from schemas import Event, InvalidEnvelope, decode, now_ms
 
 logger = logging.getLogger(__name__)
 

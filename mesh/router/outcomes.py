@@ -23,7 +23,7 @@ from mesh.connection import MeshConnection
 from mesh.router.breaker import BreakerBoard
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory, Kind, Memory, Outcome, success_rate
-from schemas import Event, TaskEnvelope
+from mesh.schemas import Event, TaskEnvelope
 
 #: dispatched tasks remembered locally for learning from their outcome
 RECENT_LIMIT = 50_000

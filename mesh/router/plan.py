@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mesh.router.reasons import Ending
-from schemas import Event, RouteInfo, TaskEnvelope
+from mesh.schemas import Event, RouteInfo, TaskEnvelope
 
 
 @dataclass(frozen=True, slots=True)

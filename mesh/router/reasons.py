@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from mesh.schemas import TaskEnvelope, now_ms
+from mesh.schemas.result import Status
 from mesh.topology import DeadReason
-from schemas import TaskEnvelope, now_ms
-from schemas.result import Status
 
 
 class Ending(NamedTuple):

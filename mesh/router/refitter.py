@@ -37,7 +37,7 @@ from mesh.router.refits import (
     registration_digest,
     rounded,
 )
-from schemas import Event
+from mesh.schemas import Event
 
 __all__ = ["FULL_REFIT_S", "SETTLE_S", "Refitter"]
 

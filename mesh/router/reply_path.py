@@ -14,7 +14,7 @@ from typing import Protocol
 
 from mesh.config import Settings
 from mesh.dispatch.store import TaskStore
-from schemas import Result, TaskEnvelope, now_ms
+from mesh.schemas import Result, TaskEnvelope, now_ms
 
 
 class ReplyPath(Protocol):

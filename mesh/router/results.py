@@ -28,8 +28,8 @@ from mesh.hooks import NO_HOOKS, Hooks
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
+from mesh.schemas import InvalidEnvelope, Result, decode
 from mesh.wire import AckAfter, Subscriber
-from schemas import InvalidEnvelope, Result, decode
 
 logger = logging.getLogger(__name__)
 

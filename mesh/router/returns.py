@@ -17,7 +17,7 @@ from mesh.router.reasons import death_reason
 if TYPE_CHECKING:
     from mesh.router.deps import RouterDeps
     from mesh.router.plan import Plan
-    from schemas import TaskEnvelope
+    from mesh.schemas import TaskEnvelope
 
 logger = logging.getLogger(__name__)
 

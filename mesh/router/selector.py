@@ -37,8 +37,8 @@ from mesh.router.outcomes import OutcomeLedger
 from mesh.router.plan import RouteChoice, decision_event
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.thresholds import resolve_threshold
-from schemas import RouteInfo, TaskEnvelope, now_ms
-from schemas.result import Strategy
+from mesh.schemas import RouteInfo, TaskEnvelope, now_ms
+from mesh.schemas.result import Strategy
 
 logger = logging.getLogger(__name__)
 

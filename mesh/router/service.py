@@ -44,8 +44,8 @@ from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
 from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
+from mesh.schemas import TaskEnvelope, new_id
 from mesh.wire import Subscriber
-from schemas import TaskEnvelope, new_id
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from mesh.distribution import extra_hint
+
 logger = logging.getLogger(__name__)
 
 
@@ -24,7 +26,7 @@ def limit_blas_threads(threads: int | None) -> bool:
     except ImportError:
         logger.warning(
             "threadpoolctl is not installed: numpy's BLAS threads are not limited "
-            "(pip install 'agent-reach[router]')"
+            f"({extra_hint('router')})"
         )
         return False
     threadpool_limits(limits=threads, user_api="blas")

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of a task's hops (the ``otel`` extra: ``pip install agent-reach[otel]``).
+"""OpenTelemetry spans of a task's hops (the ``otel`` extra of the distribution).
 
 With ``MESH_OTEL=on`` every hop of a task is one span: ``mesh.ingress`` (the client's
 publish), ``mesh.route`` and ``mesh.dispatch`` (the router), ``mesh.handle`` (the worker's
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mesh.distribution import extra_hint
 from mesh.errors import ConfigError
 from mesh.tracing.ids import ALWAYS_TRACED_PRIORITY, is_traced, otel_trace_id
 
@@ -50,7 +51,7 @@ def tracing_for(settings: Settings, service: str = "agent-reach") -> Tracing | N
     except ImportError as exc:
         raise ConfigError(
             f"MESH_OTEL=on needs OpenTelemetry ({exc.name or exc} is missing): "
-            "pip install 'agent-reach[otel]', or set MESH_OTEL=off"
+            f"{extra_hint('otel')}, or set MESH_OTEL=off"
         ) from None
     return Tracing.from_settings(settings, service)
 

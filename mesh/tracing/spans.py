@@ -51,8 +51,8 @@ from opentelemetry.util.types import AttributeValue
 
 from mesh.config import Settings
 from mesh.errors import ConfigError
+from mesh.schemas import Result, RouteInfo, TaskEnvelope
 from mesh.tracing.ids import is_traced, otel_trace_id
-from schemas import Result, RouteInfo, TaskEnvelope
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from mesh.errors import ConfigError
 from mesh.payload_schema import schema_of
-from schemas import BidRequest, Registration, TaskEnvelope
+from mesh.schemas import BidRequest, Registration, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.worker.context import TaskContext

@@ -15,8 +15,8 @@ from mesh.config import Settings
 from mesh.dispatch.store import ReplyMarks
 from mesh.messaging import Publisher, result_message, waiter_of
 from mesh.retrying import with_retries
+from mesh.schemas import Result, TaskEnvelope
 from mesh.topology import Topology
-from schemas import Result, TaskEnvelope
 
 
 class Answers(Protocol):

@@ -10,8 +10,8 @@ from mesh.dispatch.context import parse_ref
 from mesh.dispatch.store import Holder
 from mesh.errors import ContextNotFound, DownstreamBusy, EffectUnknown, StaleFencingToken
 from mesh.results import error_result
+from mesh.schemas import Result, TaskEnvelope, now_ms
 from mesh.worker.deps import TaskDeps
-from schemas import Result, TaskEnvelope, now_ms
 
 #: a handoff gets at most this share of the time left to the parent's deadline
 HANDOFF_SHARE = 0.5

@@ -17,10 +17,10 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
+from mesh.schemas import Bid, BidRequest, InvalidEnvelope, decode, encode, now_ms
 from mesh.topology import declare_spec
 from mesh.wire import NoAck, Subscriber
 from mesh.worker.agent import Agent
-from schemas import Bid, BidRequest, InvalidEnvelope, decode, encode, now_ms
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from mesh.config import Settings
 from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
 from mesh.keys import Keys
 from mesh.messaging import Publisher
+from mesh.schemas import Result, TaskEnvelope
 from mesh.topology import Topology
-from schemas import Result, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.hooks import Hooks

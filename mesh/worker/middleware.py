@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from mesh.errors import MeshError
 from mesh.payload_schema import checker, describe, field_errors
+from mesh.schemas import Event, Registration, TaskEnvelope
 from mesh.worker.context import TaskContext
 from mesh.worker.outcome import BAD_OUTPUT, Outcome, check_output, outcome_of_error
-from schemas import Event, Registration, TaskEnvelope
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics

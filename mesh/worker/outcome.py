@@ -22,8 +22,8 @@ from mesh.errors import EffectUnknown, Reject, Retry
 from mesh.redact import redact
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS
-from schemas import Result, TaskEnvelope
-from schemas.codec import dumps, json_problem
+from mesh.schemas import Result, TaskEnvelope
+from mesh.schemas.codec import dumps, json_problem
 
 logger = logging.getLogger(__name__)
 

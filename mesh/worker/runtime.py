@@ -31,6 +31,7 @@ from mesh.hooks import NO_HOOKS, Hooks, hooks_for
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS
+from mesh.schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
 from mesh.topology import DEFERRED_HEADER
 from mesh.wire import Manual, Subscriber
 from mesh.worker.agent import Agent
@@ -54,7 +55,6 @@ from mesh.worker.middleware import (
 from mesh.worker.outcome import Outcome
 from mesh.worker.settle import Settler
 from mesh.worker.watchdog import watched
-from schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics

@@ -20,11 +20,11 @@ from mesh.dispatch.store import Claim, Commit, Holder
 from mesh.hooks import NO_HOOKS, Hooks
 from mesh.messaging import envelope_message
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
+from mesh.schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
 from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
 from mesh.worker.answers import Answers
 from mesh.worker.deps import WorkerDeps
 from mesh.worker.outcome import Outcome, nearest_delay, terminal_result, unstorable_result
-from schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
 
 logger = logging.getLogger(__name__)
 

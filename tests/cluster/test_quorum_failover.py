@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import FailoverConnection, MeshConnection, connect
-from schemas import Result
+from mesh.schemas import Result
 from tests.agents_for_tests import effect_agent
 from tests.cluster.conftest import Cluster
 from tests.conftest import wait_until

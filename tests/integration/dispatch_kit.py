@@ -12,10 +12,10 @@ from mesh.access.roles import Role
 from mesh.connection import MeshConnection
 from mesh.router.plan import RouteChoice, Selector
 from mesh.router.service import RouterService
+from mesh.schemas import Event, RouteInfo, TaskEnvelope, decode
 from mesh.worker.agent import Agent
 from mesh.worker.membership import Membership
 from mesh.worker.runtime import WorkerRuntime
-from schemas import Event, RouteInfo, TaskEnvelope, decode
 from tests import access_mode
 from tests.access_mode import tap_queue_name
 

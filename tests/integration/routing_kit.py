@@ -14,9 +14,9 @@ from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.selector import SemanticSelector
 from mesh.router.service import RouterService
+from mesh.schemas import Event, TaskEnvelope, decode
 from mesh.services import Stop, build_selector, start_registry, start_worker
 from mesh.worker.agent import Agent
-from schemas import Event, TaskEnvelope, decode
 from tests import access_mode
 from tests.access_mode import tap_queue_name
 

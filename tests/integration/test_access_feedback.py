@@ -23,8 +23,8 @@ from mesh.errors import ConfigError
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory
 from mesh.router.service import RouterService
+from mesh.schemas import Event, TaskEnvelope, decode
 from mesh.services import start_registry, start_worker
-from schemas import Event, TaskEnvelope, decode
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned, role_settings
 

@@ -22,8 +22,8 @@ from mesh.access.roles import Role
 from mesh.connection import connect
 from mesh.messaging import envelope_message
 from mesh.router.service import RouterService
+from mesh.schemas import Result, TaskEnvelope
 from mesh.services import start_registry, start_worker
-from schemas import Result, TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned
 

@@ -28,7 +28,7 @@ from mesh.keys import Keys
 from mesh.messaging import Publisher
 from mesh.observer import Observer
 from mesh.observer.store import TraceStore
-from schemas import Event
+from mesh.schemas import Event
 from tests.conftest import wait_until
 from tests.integration.access_kit import CLIENT, OBSERVER, Opener, Provisioned
 

@@ -22,8 +22,8 @@ from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.bids import BidCollector
 from mesh.router.service import RouterService
+from mesh.schemas import Bid, Event, Result, TaskEnvelope, encode, now_ms
 from mesh.services import start_registry, start_worker
-from schemas import Bid, Event, Result, TaskEnvelope, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
 

@@ -18,7 +18,7 @@ from mesh.registry import protocol
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.state import load_state
-from schemas import Deregistration, Heartbeat, Registration, encode, now_ms
+from mesh.schemas import Deregistration, Heartbeat, Registration, encode, now_ms
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, Provisioned
 

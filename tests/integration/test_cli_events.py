@@ -14,7 +14,7 @@ import pytest
 from mesh import MeshClient
 from mesh.cli.events import line
 from mesh.connection import MeshConnection
-from schemas import Event
+from mesh.schemas import Event
 from tests.agents_for_tests import effect_agent
 from tests.integration.dispatch_kit import start_router, start_worker
 

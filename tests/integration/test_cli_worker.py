@@ -16,7 +16,7 @@ from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.registry.state import load_state
 from mesh.router_watch import RouterWatch
-from schemas import now_ms
+from mesh.schemas import now_ms
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

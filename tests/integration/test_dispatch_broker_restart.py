@@ -16,7 +16,7 @@ import pytest
 
 from mesh import MeshClient
 from mesh.connection import MeshConnection
-from schemas import Result
+from mesh.schemas import Result
 from tests.agents_for_tests import effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker

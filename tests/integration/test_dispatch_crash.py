@@ -15,7 +15,7 @@ from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
-from schemas import new_id
+from mesh.schemas import new_id
 from tests.agents_for_tests import LeaseMembership, effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker

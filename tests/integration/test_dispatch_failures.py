@@ -13,7 +13,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
-from schemas import TaskEnvelope, decode, now_ms
+from mesh.schemas import TaskEnvelope, decode, now_ms
 from tests.agents_for_tests import effect_agent, failing_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import (

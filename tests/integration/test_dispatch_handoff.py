@@ -9,8 +9,8 @@ import pytest
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.connection import MeshConnection
-from schemas import TaskEnvelope, decode, now_ms
-from schemas.codec import dumps, loads
+from mesh.schemas import TaskEnvelope, decode, now_ms
+from mesh.schemas.codec import dumps, loads
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import EventTap, start_router, start_worker, wait_for_messages
 

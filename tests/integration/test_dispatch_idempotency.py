@@ -13,7 +13,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import Holder, TaskStore
 from mesh.messaging import Publisher
-from schemas import Result, TaskEnvelope, now_ms
+from mesh.schemas import Result, TaskEnvelope, now_ms
 from tests.agents_for_tests import LeaseMembership, effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from schemas import Result, decode
-from schemas.codec import peek
+from mesh.schemas import Result, decode
+from mesh.schemas.codec import peek
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router
 

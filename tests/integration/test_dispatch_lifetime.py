@@ -13,7 +13,7 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.reaper import Reaper
 from mesh.dispatch.store import Holder, TaskStore
 from mesh.messaging import Publisher
-from schemas import Result, TaskEnvelope, decode, now_ms
+from mesh.schemas import Result, TaskEnvelope, decode, now_ms
 from tests.agents_for_tests import effect_agent
 from tests.integration.dispatch_kit import start_router, start_worker, wait_for_messages
 

@@ -10,7 +10,7 @@ import pytest
 from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from schemas import TaskEnvelope, decode
+from mesh.schemas import TaskEnvelope, decode
 from tests.agents_for_tests import effect_agent
 from tests.integration.dispatch_kit import drain_queue, start_router, start_worker
 

@@ -17,8 +17,8 @@ from mesh.dispatch.store import TaskStore
 from mesh.errors import StaleFencingToken
 from mesh.registry.fencing import check_token
 from mesh.registry.lease import LeaseStore
+from mesh.schemas import Registration, Result, TaskEnvelope
 from mesh.services import start_registry, start_worker
-from schemas import Registration, Result, TaskEnvelope
 from tests.conftest import purge, wait_until
 from tests.integration.dispatch_kit import OrderedSelector, declare_idle_agents, start_router
 

@@ -10,7 +10,7 @@ import pytest
 
 from mesh import Agent, MeshClient, Reject, Retry, TaskContext
 from mesh.connection import MeshConnection
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.integration.dispatch_kit import OrderedSelector, start_router, start_worker
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.agents_for_tests import effect_agent
 from tests.integration.dispatch_kit import start_router, start_worker
 

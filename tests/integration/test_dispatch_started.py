@@ -13,7 +13,7 @@ from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.dispatch.store import Holder, TaskStore
-from schemas import TaskEnvelope, now_ms
+from mesh.schemas import TaskEnvelope, now_ms
 from tests.conftest import purge, wait_until
 from tests.integration.dispatch_kit import OrderedSelector, declare_idle_agents, start_router
 

@@ -13,7 +13,7 @@ from mesh.config import Settings
 from mesh.connection import connect
 from mesh.dispatch.states import NEW, STATES, walk
 from mesh.dispatch.store import TaskStore
-from schemas import new_id
+from mesh.schemas import new_id
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.dead_letters import peek, replay
 from mesh.dispatch.store import TaskStore
 from mesh.messaging import Publisher
+from mesh.schemas import TaskEnvelope, encode
 from mesh.topology import INVALID_KEEP_BYTES, SHA256_HEADER, SIZE_HEADER, TRUNCATED_HEADER
-from schemas import TaskEnvelope, encode
 from tests.agents_for_tests import effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import drain_queue, start_router, start_worker

@@ -22,7 +22,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.management import Management
 from mesh.registry.state import load_state
-from schemas import Result, TaskEnvelope, now_ms
+from mesh.schemas import Result, TaskEnvelope, now_ms
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -22,9 +22,9 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.metrics import Metrics, MetricsEndpoint
 from mesh.router.embedding import CachedEmbedder, HashEmbedder
+from mesh.schemas import TaskEnvelope
 from mesh.services import start_registry, start_semantic_router, start_worker
 from mesh.worker.agent import Agent
-from schemas import TaskEnvelope
 from tests.conftest import Cleanup, wait_until
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.observer import Observer
 from mesh.router.embedding import HashEmbedder
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import EventTap, start_router, start_worker
 from tests.integration.routing_kit import SemanticMesh

@@ -21,7 +21,7 @@ from mesh.connection import MeshConnection
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.router.service import RouterService
-from schemas import TaskEnvelope, new_id
+from mesh.schemas import TaskEnvelope, new_id
 from tests.integration.test_registry import EventLog
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.access_off("one mesh")]

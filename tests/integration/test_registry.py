@@ -19,8 +19,8 @@ from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.registry.state import load_instance
-from schemas import Event, Registration, RegistrationAck, TaskEnvelope, decode, new_id, now_ms
-from schemas.codec import dumps, loads
+from mesh.schemas import Event, Registration, RegistrationAck, TaskEnvelope, decode, new_id, now_ms
+from mesh.schemas.codec import dumps, loads
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ import pytest
 from mesh.connection import MeshConnection
 from mesh.registry.lease import Beat, LeaseStore
 from mesh.registry.state import load_instance, load_state
-from schemas import Registration
+from mesh.schemas import Registration
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ import pytest
 from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.dispatch.dead_letters import peek
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.agents_for_tests import effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import OrderedSelector, start_router, start_worker

@@ -17,8 +17,8 @@ from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.memory import ExampleMemory
+from mesh.schemas import TaskEnvelope, decode
 from mesh.services import build_selector
-from schemas import TaskEnvelope, decode
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import drain_queue
 from tests.integration.routing_kit import EventTap, SemanticMesh, agent

@@ -11,8 +11,8 @@ import pytest
 from mesh import Agent, MeshClient, TaskContext, WorkerRuntime
 from mesh.connection import MeshConnection
 from mesh.router.service import RouterService
-from schemas import Result, TaskEnvelope, decode
-from schemas.codec import dumps, loads
+from mesh.schemas import Result, TaskEnvelope, decode
+from mesh.schemas.codec import dumps, loads
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection
+from mesh.schemas import TaskEnvelope
 from mesh.worker.agent import Agent
-from schemas import TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 

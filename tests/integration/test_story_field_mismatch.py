@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict
 from mesh import Agent, MeshClient, TaskContext
 from mesh.config import Settings
 from mesh.connection import MeshConnection
+from mesh.schemas import TaskEnvelope
 from mesh.testing import AgentHarness
-from schemas import TaskEnvelope
 from tests.integration.dispatch_kit import start_router, start_worker
 from tests.integration.routing_kit import SemanticMesh
 

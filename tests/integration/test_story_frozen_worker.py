@@ -17,7 +17,7 @@ import pytest
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.connection import MeshConnection
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.integration.dispatch_kit import start_router, start_worker
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
 from mesh.router.service import RouterService
 from mesh.router_watch import RouterWatch
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration

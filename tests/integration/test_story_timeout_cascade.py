@@ -18,8 +18,8 @@ from mesh import Agent, DownstreamBusy, MeshClient, TaskContext
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
+from mesh.schemas import TaskEnvelope
 from mesh.services import build_selector
-from schemas import TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.routing_kit import SemanticMesh
 

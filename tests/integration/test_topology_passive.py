@@ -17,8 +17,8 @@ from mesh.config import Settings
 from mesh.connection import connect
 from mesh.errors import ConfigError
 from mesh.router.service import RouterService
+from mesh.schemas import TaskEnvelope
 from mesh.worker.runtime import WorkerRuntime
-from schemas import TaskEnvelope
 from tests.conftest import purge
 
 pytestmark = pytest.mark.integration

@@ -24,8 +24,8 @@ from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.registry.state import load_state
+from mesh.schemas import now_ms
 from mesh.services import start_registry
-from schemas import now_ms
 from tests.conftest import Cleanup, wait_until
 from tests.integration.dispatch_kit import start_router
 

@@ -13,9 +13,9 @@ from mesh import Agent, MeshClient, TaskContext
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.registry.session import RegistrySession
+from mesh.schemas import TaskEnvelope, now_ms
 from mesh.services import start_registry
 from mesh.worker.runtime import WorkerRuntime
-from schemas import TaskEnvelope, now_ms
 from tests.conftest import purge, wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 

@@ -15,10 +15,10 @@ import pytest
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
 from mesh.registry.state import InstanceState
+from mesh.schemas import TaskEnvelope
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.outcome import check_output
-from schemas import TaskEnvelope
 from tests.integration.dispatch_kit import start_router, start_worker
 
 pytestmark = pytest.mark.integration

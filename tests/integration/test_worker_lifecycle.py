@@ -9,11 +9,11 @@ import pytest
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.connection import MeshConnection
+from mesh.schemas import TaskEnvelope
 from mesh.services import start_registry, start_worker
 from mesh.worker.middleware import CallNext, TaskRun, WorkerMiddleware
 from mesh.worker.outcome import Outcome
 from mesh.worker.runtime import WorkerRuntime
-from schemas import TaskEnvelope
 from tests.integration.dispatch_kit import start_router
 
 pytestmark = pytest.mark.integration

@@ -12,14 +12,15 @@ import orjson
 import pytest
 
 from mesh.asyncapi import document, event_types, render
-from mesh.cli import asyncapi as cli
 from mesh.cli.main import main, version
 from mesh.config import Settings
+from mesh.schemas import WIRE_MODELS, Event
 from mesh.topology import DEAD_REASONS, PRIORITY_BANDS, Topology, TopologySpec
-from schemas import WIRE_MODELS, Event
-from schemas.export import JSON_DIR
 
 AGENT, INSTANCE = "{agentId}", "{instanceId}"
+#: the document a checkout commits (for the default namespace)
+COMMITTED = Path(__file__).resolve().parents[2] / "schemas" / "asyncapi.json"
+
 PARAM = re.compile(r"{([A-Za-z]+)}")
 #: JSON Schema keywords newer than draft-07 (AsyncAPI's schema format is a draft-07 superset)
 NEWER_KEYWORDS = frozenset(
@@ -106,7 +107,7 @@ def amqp_names(doc: dict[str, Any], kind: str) -> set[str]:
 def test_header_info_and_server(doc: dict[str, Any]) -> None:
     assert doc["asyncapi"] == "3.0.0"
     assert doc["info"]["title"] == "Agent-Reach mesh"
-    assert doc["info"]["version"] == metadata.version("agent-reach") == version().split()[0]
+    assert doc["info"]["version"] == metadata.version("agent-reach-mesh") == version().split()[0]
     server = doc["servers"]["amqp"]
     assert server["protocol"] == "amqp" and server["protocolVersion"] == "0.9.1"
     assert server["host"] == "127.0.0.1:5672"
@@ -173,7 +174,7 @@ def test_every_ref_in_the_document_resolves(doc: dict[str, Any]) -> None:
 def test_component_schemas_are_the_exported_json_schemas(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
     for stem, model in WIRE_MODELS.items():
-        exported = orjson.loads((JSON_DIR / f"{stem}.schema.json").read_bytes())
+        exported = orjson.loads((COMMITTED.parent / "json" / f"{stem}.schema.json").read_bytes())
         mine = schemas[model.__name__]
         assert "$id" not in mine and "$schema" not in mine
         assert mine["properties"].keys() == exported["properties"].keys(), stem
@@ -260,9 +261,8 @@ def test_rendering_is_deterministic() -> None:
 
 
 def test_committed_asyncapi_document_has_not_drifted() -> None:
-    assert JSON_DIR.parent / "asyncapi.json" == cli.DEFAULT_PATH
-    assert cli.DEFAULT_PATH.read_bytes() == render(Topology()), (
-        "schemas/asyncapi.json drifted: run `mesh asyncapi`"
+    assert COMMITTED.read_bytes() == render(Topology()), (
+        "schemas/asyncapi.json drifted: run `mesh asyncapi --out schemas/asyncapi.json`"
     )
 
 
@@ -277,13 +277,13 @@ def test_the_command_writes_and_checks(
     capsys.readouterr()
     assert main(["asyncapi", "--out", str(out), "--check"]) == 1
     assert f"run `mesh asyncapi --out {out}`" in capsys.readouterr().err
-    # the committed file always holds the default namespace
-    committed = tmp_path / "asyncapi.json"
-    monkeypatch.setattr(cli, "DEFAULT_PATH", committed)
+    # without --out: stdout, for the configured namespace; nothing is written anywhere
     monkeypatch.setenv("MESH_NAMESPACE", "acme")
+    monkeypatch.chdir(tmp_path)
     assert main(["asyncapi"]) == 0
-    assert "using 'mesh'" in capsys.readouterr().err
-    assert committed.read_bytes() == render(Topology())
-    committed.write_bytes(b"")
-    assert main(["asyncapi", "--check"]) == 1
-    assert "schemas/asyncapi.json is out of date: run `mesh asyncapi`" in capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert '"acme.ingress"' in printed and '"mesh.ingress"' not in printed
+    assert orjson.loads(printed)["asyncapi"] == "3.0.0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.json"]
+    assert main(["asyncapi", "--check"]) == 2
+    assert "needs --out PATH" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def _run_raising(
         (
             ModuleNotFoundError("No module named 'fastembed'", name="fastembed"),
             1,
-            "mesh: the router needs the embedding stack: pip install 'agent-reach[router]'",
+            "mesh: the router needs the embedding stack: pip install 'agent-reach-mesh[router]'",
         ),
     ],
     ids=["usage", "config", "unreachable", "precondition", "access", "router-extra"],
@@ -150,18 +150,18 @@ def test_payload_and_range_errors_share_exit_code_2(
     ]
 
 
-def test_topology_check_under_another_namespace_checks_the_committed_namespace(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_exports_print_to_stdout_for_the_configured_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.chdir(ROOT)
-    monkeypatch.delenv("MESH_NAMESPACE", raising=False)
-    default_code = cli_main.main(["topology", "export", "--check"])
-    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MESH_NAMESPACE", "someone-else")
-    code = cli_main.main(["topology", "export", "--check"])
-    err = capsys.readouterr().err
-    assert code == default_code  # same verdict: the committed file is namespace 'mesh'
-    assert "holds namespace 'mesh', not MESH_NAMESPACE='someone-else'" in err
+    assert cli_main.main(["topology", "export"]) == 0
+    assert '"someone-else.ingress"' in capsys.readouterr().out
+    assert cli_main.main(["schemas", "export"]) == 0
+    assert '"task_envelope.schema.json"' in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []  # nothing written, in the package or here
+    assert cli_main.main(["topology", "export", "--check"]) == 2
+    assert "needs --out PATH" in capsys.readouterr().err
 
 
 def test_topology_export_of_another_namespace_goes_where_it_is_told(

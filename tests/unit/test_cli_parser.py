@@ -38,7 +38,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out.strip()
-    assert out.startswith("mesh (agent-reach) ") and out.split()[-1][0].isdigit()
+    assert out.startswith("mesh (agent-reach-mesh) ") and out.split()[-1][0].isdigit()
 
 
 @pytest.mark.parametrize(

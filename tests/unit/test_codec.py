@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas import InvalidEnvelope, TaskEnvelope, decode
-from schemas.codec import peek
+from mesh.schemas import InvalidEnvelope, TaskEnvelope, decode
+from mesh.schemas.codec import peek
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import pytest
 
 from mesh import Agent, Settings, TaskContext
 from mesh.redact import redact
+from mesh.schemas import TaskEnvelope
 from mesh.testing import AgentHarness
 from mesh.worker.outcome import error_text, outcome_of_error
-from schemas import TaskEnvelope
 
 DSN = "postgresql://app:hunter2/x@db.internal:5432/orders"
 

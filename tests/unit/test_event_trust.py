@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mesh.access.trust import EventTrust
 from mesh.config import Settings
-from schemas import Event
+from mesh.schemas import Event
 
 
 def _trust() -> EventTrust:

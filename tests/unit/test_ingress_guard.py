@@ -6,8 +6,8 @@ from mesh.access.refusal import Refusal
 from mesh.access.roles import AccessScope, Role
 from mesh.config import Settings
 from mesh.router.guard import IngressGuard
+from mesh.schemas import TaskEnvelope
 from mesh.topology import Topology
-from schemas import TaskEnvelope
 
 SETTINGS = Settings(namespace="acme", access_control=True)
 SCOPE = AccessScope.from_settings(SETTINGS)

@@ -17,8 +17,8 @@ from mesh.metrics.queues import queue_label
 from mesh.registry.state import AgentState, InstanceState
 from mesh.router.breaker import BreakerBoard
 from mesh.router.embedding import CacheStats
+from mesh.schemas import now_ms
 from mesh.topology import Topology
-from schemas import now_ms
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -155,7 +155,7 @@ def instance(agent_id: str, iid: str, live: bool) -> InstanceState:
 
 
 def agent_state(agent_id: str, *lives: bool) -> AgentState:
-    from schemas import Registration
+    from mesh.schemas import Registration
 
     reg = Registration(agent_id=agent_id, instance_id=f"{agent_id}-0", capability_text="x")
     state = AgentState(agent_id, reg)

@@ -7,8 +7,8 @@ from typing import Any
 
 from mesh.observer.alerts import Alert, AlertRules, QueueWatch, Thresholds
 from mesh.observer.windows import CountWindow, GrowthWindow, RatioWindow
+from mesh.schemas import Event
 from mesh.topology import Topology
-from schemas import Event
 
 TOPOLOGY = Topology(namespace="obs")
 T = Thresholds(

@@ -9,7 +9,7 @@ from mesh.config import Settings
 from mesh.observer.figures import Figures, percentile, summary
 from mesh.observer.store import TaskRecord
 from mesh.observer.tree import build_trace
-from schemas import Event
+from mesh.schemas import Event
 
 
 def ev(type_: str, ts: int, task: str, agent: str | None = None, **data: Any) -> Event:

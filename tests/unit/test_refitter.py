@@ -12,7 +12,7 @@ from mesh.messaging import Publisher
 from mesh.router.fitting import FitConfig, fit_outputs, fit_snapshot
 from mesh.router.index import CapabilityIndex
 from mesh.router.refitter import SETTLE_S, Refitter
-from schemas import Event, decode, encode
+from mesh.schemas import Event, decode, encode
 
 DIM = 16
 AGENTS = ("a", "b", "c")

@@ -6,7 +6,7 @@ from typing import Any
 
 from mesh.config import Settings
 from mesh.registry.bounds import ProfileBounds, same_profile
-from schemas import Registration
+from mesh.schemas import Registration
 
 
 def _reg(**fields: Any) -> Registration:

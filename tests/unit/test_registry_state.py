@@ -11,7 +11,7 @@ from mesh.registry.events import (
     up_event,
 )
 from mesh.registry.state import AgentState, InstanceState
-from schemas import Event, Registration, decode, encode
+from mesh.schemas import Event, Registration, decode, encode
 
 
 def inst(

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from schemas import (
+from mesh.schemas import (
     WIRE_MODELS,
     Bid,
     Event,
@@ -22,9 +22,11 @@ from schemas import (
     decode,
     encode,
 )
-from schemas.export import JSON_DIR, render
+from mesh.schemas.export import render
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the JSON Schemas a checkout commits for agents in other languages
+JSON_DIR = ROOT / "schemas" / "json"
 
 
 def envelope(**fields: Any) -> TaskEnvelope:
@@ -154,4 +156,6 @@ def test_json_schemas_have_not_drifted() -> None:
     rendered = render()
     assert set(rendered) == {f"{stem}.schema.json" for stem in WIRE_MODELS}
     for name, data in rendered.items():
-        assert (JSON_DIR / name).read_bytes() == data, f"{name} drifted: run `mesh schemas export`"
+        assert (JSON_DIR / name).read_bytes() == data, (
+            f"{name} drifted: run `mesh schemas export --out schemas/json`"
+        )

@@ -12,10 +12,10 @@ import pytest
 from mesh import Agent, Reject, Retry, StaleFencingToken, TaskContext
 from mesh.config import Settings
 from mesh.errors import ContextNotFound
+from mesh.schemas import TaskEnvelope
 from mesh.testing import AgentHarness
 from mesh.worker.middleware import CallNext, TaskRun, WorkerMiddleware
 from mesh.worker.outcome import Outcome
-from schemas import TaskEnvelope
 
 #: the README's mesh.testing example, exactly as printed there
 README_EXAMPLE = """\

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from mesh.config import Settings
+from mesh.schemas import Result, RouteInfo, TaskEnvelope, new_id
 from mesh.tracing import ALWAYS_TRACED_PRIORITY, is_traced, otel_trace_id, tracing_for
 from mesh.tracing.spans import SCOPE, TRACEPARENT, Tracing
-from schemas import Result, RouteInfo, TaskEnvelope, new_id
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ from opentelemetry import trace
 from mesh.config import Settings
 from mesh.tracing import tracing_for
 from mesh.tracing.spans import TRACEPARENT
-from schemas import TaskEnvelope
+from mesh.schemas import TaskEnvelope
 log = io.StringIO()
 logging.basicConfig(stream=log, level=logging.WARNING)
 tracing = tracing_for(Settings(otel=True))

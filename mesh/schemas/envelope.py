@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import orjson
 from pydantic import Field, ValidationInfo, field_validator
 
-from schemas._base import SCHEMA_VERSION, WireModel, new_id
-from schemas.result import RouteInfo
+from mesh.schemas._base import SCHEMA_VERSION, WireModel, new_id
+from mesh.schemas.result import RouteInfo
 
 #: default cap on the encoded payload; `Settings.max_payload_bytes` overrides it per call
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20

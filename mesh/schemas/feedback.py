@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from schemas._base import WireModel
-from schemas.envelope import Identifier
+from mesh.schemas._base import WireModel
+from mesh.schemas.envelope import Identifier
 
 
 class Feedback(WireModel):

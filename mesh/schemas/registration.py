@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from schemas._base import WireModel
-from schemas.envelope import Identifier, TagMap
+from mesh.schemas._base import WireModel
+from mesh.schemas.envelope import Identifier, TagMap
 
 
 class Registration(WireModel):

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas._base import WireModel
+from mesh.schemas._base import WireModel
 
 Status = Literal["completed", "failed", "rejected", "expired", "unroutable", "dead"]
 #: statuses that end a task; every accepted task gets exactly one of them

@@ -2,14 +2,14 @@
 
 from pydantic import BaseModel
 
-from schemas._base import SCHEMA_VERSION, new_id, now_ms
-from schemas.bid import Bid, BidRequest
-from schemas.codec import InvalidEnvelope, decode, encode
-from schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
-from schemas.event import Event
-from schemas.feedback import Feedback
-from schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
-from schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
+from mesh.schemas._base import SCHEMA_VERSION, new_id, now_ms
+from mesh.schemas.bid import Bid, BidRequest
+from mesh.schemas.codec import InvalidEnvelope, decode, encode
+from mesh.schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
+from mesh.schemas.event import Event
+from mesh.schemas.feedback import Feedback
+from mesh.schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
+from mesh.schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
 
 #: every model exported to `schemas/json/`, by file stem
 WIRE_MODELS: dict[str, type[BaseModel]] = {

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES
-from schemas.result import FieldProblem
+from mesh.schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from mesh.schemas.result import FieldProblem
 
 M = TypeVar("M", bound=BaseModel)
 

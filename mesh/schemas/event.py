@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from schemas._base import WireModel, now_ms
+from mesh.schemas._base import WireModel, now_ms
 
 
 class Event(WireModel):

@@ -1,4 +1,8 @@
-"""Generate `schemas/json/*.schema.json` from the models (`mesh schemas export`)."""
+"""The JSON Schemas of the wire models (`mesh schemas export`).
+
+A checkout commits them in ``schemas/json/`` for agents in other languages; the
+installed package never writes there.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from schemas import WIRE_MODELS
-
-JSON_DIR = Path(__file__).parent / "json"
+from mesh.schemas import WIRE_MODELS
 
 
 def render() -> dict[str, bytes]:
@@ -24,7 +26,18 @@ def render() -> dict[str, bytes]:
     return out
 
 
-def write(directory: Path = JSON_DIR) -> list[Path]:
+def bundle() -> bytes:
+    """Every schema in one JSON object keyed by file name (what stdout receives)."""
+    return (
+        orjson.dumps(
+            {name: orjson.loads(data) for name, data in render().items()},
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+        )
+        + b"\n"
+    )
+
+
+def write(directory: Path) -> list[Path]:
     """Write every schema file; returns the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
     written = []
