@@ -32,7 +32,7 @@ from mesh.dispatch.states import STATES
 from mesh.distribution import installed_version
 from mesh.observer.alerts import ALERT_KINDS
 from mesh.registry.events import AGENT_DOWN, AGENT_EVENTS, AGENT_LEASES, AGENT_UP
-from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS
+from mesh.router.outcomes import COUNTS_EVENT, LEARNED_EVENT, LEARNING_EVENTS, own_outcomes
 from mesh.schemas import WIRE_MODELS
 from mesh.topology import (
     AGENT_HEADER,
@@ -90,6 +90,7 @@ OTHER_EVENTS: tuple[str, ...] = (
     "route.decision",
     "route.feedback",
     LEARNED_EVENT,
+    COUNTS_EVENT,
     *(f"alert.{kind}" for kind in ALERT_KINDS),
 )
 
@@ -636,9 +637,14 @@ def _runtime_queues(t: Topology) -> list[tuple[TopologySpec, str, list[str]]]:
         (
             TopologySpec(
                 queues=(temp(selector),),
-                bindings=tuple(BindingSpec(t.events, selector, e) for e in LEARNING_EVENTS),
+                bindings=tuple(
+                    BindingSpec(t.events, selector, e)
+                    for e in (*own_outcomes(ROUTER), *LEARNING_EVENTS)
+                ),
             ),
-            "One router's outcome and learning events.",
+            "One router's outcome and learning events: the outcomes of its own dispatches "
+            "(a worker publishes ``task.<state>.<route.router>``), the untagged ones, and "
+            "what the other routers learned and counted.",
             ["event"],
         ),
     ]

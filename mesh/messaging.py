@@ -315,11 +315,12 @@ class Publisher(Lifecycle):
             # the drop is counted and logged; an alert is as transient as any event
             logger.warning("could not emit %s", DROPPED_ALERT, exc_info=True)
 
-    async def emit(self, event: Event) -> None:
-        """Publish an event on `mesh.events` (transient, no confirm)."""
+    async def emit(self, event: Event, routing_key: str | None = None) -> None:
+        """Publish an event on `mesh.events` (transient, no confirm); its routing key is its
+        type unless given (`mesh.topology.event_routing_key`)."""
         ex = await self.exchange(self.topology.events, fast=True)
         message = aio_pika.Message(encode(event), content_type=JSON)
-        await self.send(ex, message, event.type, mandatory=False)
+        await self.send(ex, message, routing_key or event.type, mandatory=False)
 
     async def send_fast(self, exchange: str, routing_key: str, body: bytes, **props: Any) -> None:
         """Transient publish without confirm (heartbeats, control messages)."""

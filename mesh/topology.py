@@ -55,6 +55,21 @@ ALL_EVENTS: tuple[str, ...] = ("#",)
 PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
 
 
+def event_routing_key(event_type: str, router: str | None) -> str:
+    """Routing key of a ``task.*`` event a worker publishes: the dispatching router's tag
+    (``RouteInfo.router``) as its last word, so that router alone binds its outcomes;
+    observers bind ``task.#``."""
+    return f"{event_type}.{router}" if router else event_type
+
+
+def event_type_bindings(pattern: str) -> tuple[str, ...]:
+    """Binding keys that select the events whose *type* matches the topic `pattern`: the
+    pattern itself and, for the router tag a ``task.*`` event's key may end with
+    (`event_routing_key`), the same pattern with one more word."""
+    tagged = pattern.split(".", 1)[0] in ("task", "*") and not pattern.endswith("#")
+    return (pattern, f"{pattern}.*") if tagged else (pattern,)
+
+
 def priority_band(priority: int) -> str:
     """Band of an envelope priority in quorum mode: 8-10 high, 4-7 normal, 1-3 low."""
     if priority >= 8:

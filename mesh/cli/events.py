@@ -19,6 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.schemas import Event, InvalidEnvelope, decode, encode, new_id
+from mesh.topology import event_type_bindings
 from mesh.wire import NoAck, Subscriber
 
 #: what a line shows of an event's data, by event type prefix (the rest: --json)
@@ -84,7 +85,8 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
                     auto_delete=True,
                 )
                 for pattern in patterns:
-                    await queue.bind(topology.events, routing_key=pattern)
+                    for key in event_type_bindings(pattern):
+                        await queue.bind(topology.events, routing_key=key)
                 return queue
 
             async def on_event(message: AbstractIncomingMessage) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mesh.messaging import Publisher
 from mesh.schemas import Event
+from mesh.topology import event_routing_key
 
 #: states of a task on its normal way, before its outcome
 PROGRESS_STATES = frozenset({"submitted", "routing", "dispatched", "accepted", "processing"})
@@ -28,8 +29,10 @@ async def emit_states(
     agent_id: str | None = None,
     instance_id: str | None = None,
     data: dict[str, Any] | None = None,
+    router: str | None = None,
 ) -> None:
-    """Publish one ``task.<state>`` event per applied state (none when refused)."""
+    """Publish one ``task.<state>`` event per applied state (none when refused); `router`:
+    the tag of the router that dispatched the task, the routing key's last word."""
     progress = publisher.conn.settings.progress_events
     for state in states or ():
         if state in PROGRESS_STATES and not progress:
@@ -42,7 +45,8 @@ async def emit_states(
                 agent_id=agent_id,
                 instance_id=instance_id,
                 data=data or {},
-            )
+            ),
+            event_routing_key(f"task.{state}", router),
         )
 
 

@@ -38,6 +38,8 @@ class RouterDeps:
     guard: Guard
     replies: ReplyPath
     hooks: Hooks
+    #: what this router's dispatches carry in ``route.router`` (`Selector.outcome_tag`)
+    outcome_tag: str | None = None
 
     async def emit(
         self,

@@ -17,6 +17,7 @@ from aiormq.exceptions import PublishError
 
 from mesh.router.plan import RouteChoice, decision_event
 from mesh.router.reasons import no_agent, time_left_ms
+from mesh.schemas import RouteInfo
 
 if TYPE_CHECKING:
     from mesh.router.choice import Chooser
@@ -25,6 +26,11 @@ if TYPE_CHECKING:
     from mesh.schemas import TaskEnvelope
 
 logger = logging.getLogger(__name__)
+
+
+def _tagged(route: RouteInfo, tag: str | None) -> RouteInfo:
+    """`route` naming this router as the one its outcome event goes back to."""
+    return route if tag is None or route.router == tag else route.model_copy(update={"router": tag})
 
 
 class Dispatcher:
@@ -62,7 +68,7 @@ class Dispatcher:
             left = time_left_ms(envelope)
             expiration = left if patient else min(deps.settings.accept_timeout_ms, left)
             key = deps.topology.agent_routing_key(choice.agent_id, envelope.priority)
-            sent = envelope.model_copy(update={"route": choice.route})
+            sent = envelope.model_copy(update={"route": _tagged(choice.route, deps.outcome_tag)})
             await deps.replies.dispatching(envelope, choice.agent_id)
             try:
                 await deps.publisher.publish_envelope(

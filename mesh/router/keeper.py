@@ -37,7 +37,14 @@ from mesh.registry.state import AgentState
 from mesh.router.embedding import Embedder
 from mesh.router.index import AgentStats, CapabilityIndex
 from mesh.router.memory import ExampleMemory
-from mesh.router.outcomes import LEARNED_EVENT, LEARNING_EVENTS, Learned, OutcomeLedger
+from mesh.router.outcomes import (
+    COUNTS_EVENT,
+    LEARNED_EVENT,
+    LEARNING_EVENTS,
+    Learned,
+    OutcomeLedger,
+    own_outcomes,
+)
 from mesh.router.refits import FITTED_EVENT
 from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.router.vectors import VectorCache
@@ -93,6 +100,10 @@ class IndexKeeper:
         #: texts learned from this router / from others
         self.learned_here = 0
         self.learned_elsewhere = 0
+        #: outcome events this router took in (its own dispatches' and untagged ones), and
+        #: other routers' ``route.counts`` it applied
+        self.outcome_events = 0
+        self.counts_applied = 0
         self.refitter = Refitter(
             index,
             publisher,
@@ -116,7 +127,7 @@ class IndexKeeper:
         queue = await channel.declare_queue(
             self.conn.topology.selector_queue(self.keeper_id), exclusive=True, auto_delete=True
         )
-        for pattern in (*LEARNING_EVENTS, FITTED_EVENT):
+        for pattern in (*own_outcomes(self.keeper_id), *LEARNING_EVENTS, FITTED_EVENT):
             await queue.bind(self.conn.topology.events, routing_key=pattern)
         return queue
 
@@ -277,6 +288,11 @@ class IndexKeeper:
         """Write queued records; apply and announce the texts that took a slot."""
         if not self.ledger.pending:
             return
+        counted = self.ledger.take_counts()
+        if counted:
+            await self.publisher.emit(
+                Event(type=COUNTS_EVENT, data={"from": self.keeper_id, "counts": counted})
+            )
         learned = await self.ledger.flush()
         if not learned:
             return
@@ -319,14 +335,20 @@ class IndexKeeper:
             )
             return
         try:
-            self.take(event)
+            self.take(event, own=message.routing_key != event.type)
         except Exception:
             logger.error("learning from %s failed", event.type, exc_info=True)
 
-    def take(self, event: Event) -> None:
-        """Apply one learning event (outcome, feedback, a text another router learned)."""
+    def take(self, event: Event, *, own: bool = False) -> None:
+        """Apply one learning event (outcome, feedback, a text or the counts another router
+        learned); `own`: an outcome of this router's dispatch (tagged for it)."""
         if event.type == LEARNED_EVENT:
             self._apply_learned(event)
+            return
+        if event.type == COUNTS_EVENT:
+            if event.data.get("from") != self.keeper_id:
+                self._stats_due.update(self.ledger.apply_counts(event.data.get("counts", {})))
+                self.counts_applied += 1
             return
         if event.type == FITTED_EVENT:
             self.refitter.take(event)
@@ -336,7 +358,8 @@ class IndexKeeper:
                 self._memory_dirty.add(event.agent_id)
                 self._wake.set()
             return
-        agent_id = self.ledger.observe(event)
+        agent_id = self.ledger.observe(event, own=own)
+        self.outcome_events += 1
         if agent_id is None:
             return
         # its stats are refreshed once per round of the loop, however many outcomes came

@@ -1,9 +1,12 @@
 """What a router learns from outcomes on `mesh.events`.
 
-Every router follows the outcome events of the whole mesh, so each keeps the same counts
-per agent (success rate, cold-start state) and feeds its circuit breakers. Only the router
-that chose the agent for a task writes that task's outcome to Redis (the example memory
-and its counters), once for the whole mesh.
+A worker publishes a task's outcome with the tag of the router that dispatched it as the
+routing key's last word (``task.completed.<tag>``), and each router binds only its own tag:
+its work grows with the tasks it routes, not with the whole mesh's. It counts them (success
+rate, cold-start state, circuit breakers), writes their Redis records once for the whole
+mesh, and tells the other routers its counts in one ``route.counts`` event per flush, so
+every router keeps the same counts per agent. Outcomes with no tag (a router ended the
+task, or no router dispatched it) reach every router, each counting them itself.
 
 Nothing here waits on Redis in the decision path: a dispatch's routing record and each
 outcome are queued and written by `flush()` in one pipelined round trip for many tasks,
@@ -36,10 +39,20 @@ OUTCOME_KINDS: dict[str, Kind] = {
 }
 #: a text one router learned, announced to the others (slot, text and vector)
 LEARNED_EVENT = "route.learned"
-#: the events a router follows to learn
-LEARNING_EVENTS: tuple[str, ...] = (*OUTCOME_KINDS, "route.feedback", LEARNED_EVENT)
+#: the outcomes one router counted since its last flush, announced to the others
+COUNTS_EVENT = "route.counts"
+#: the events a router follows to learn (besides its own tagged outcomes, `own_outcomes`)
+LEARNING_EVENTS: tuple[str, ...] = (*OUTCOME_KINDS, "route.feedback", LEARNED_EVENT, COUNTS_EVENT)
+#: at most this many outcomes of one kind per agent of a ``route.counts`` reach a breaker
+#: (its window needs no more to decide)
+MAX_APPLIED_PER_KIND = 1_000
 #: outcomes that say nothing about the agent (the task expired before it ran)
 NOT_THE_AGENTS_FAULT = frozenset({"expired_in_queue"})
+
+
+def own_outcomes(tag: str) -> tuple[str, ...]:
+    """Binding keys of the outcome events of the tasks the router tagged `tag` dispatched."""
+    return tuple(f"{kind}.{tag}" for kind in OUTCOME_KINDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +83,13 @@ class OutcomeLedger:
         #: writes waiting for the next `flush`
         self._routes: list[tuple[str, _Dispatched]] = []
         self._outcomes: list[Outcome] = []
+        #: own outcomes counted since the last `take_counts`: agent -> kind -> n ("fault":
+        #: the failures its breaker counts)
+        self._counted: dict[str, dict[str, int]] = {}
 
     @property
     def pending(self) -> bool:
-        return bool(self._routes or self._outcomes)
+        return bool(self._routes or self._outcomes or self._counted)
 
     def remember(self, envelope: TaskEnvelope, agent_id: str) -> None:
         """A task this router sent to `agent_id` (its text is learned if it completes)."""
@@ -84,10 +100,12 @@ class OutcomeLedger:
             self._recent.popitem(last=False)
         self._routes.append((envelope.task_id, mine))
 
-    def observe(self, event: Event) -> str | None:
+    def observe(self, event: Event, *, own: bool = False) -> str | None:
         """Take in one outcome event; returns the agent whose standing changed (None: none).
 
-        The Redis record of an outcome of this router's own dispatch is queued for `flush`.
+        `own`: it came tagged for this router, whose count the others get from
+        `take_counts`. The Redis record of an outcome of this router's own dispatch is
+        queued for `flush`.
         """
         agent_id = event.agent_id
         if agent_id is None or event.task_id is None:
@@ -95,12 +113,18 @@ class OutcomeLedger:
         kind = OUTCOME_KINDS.get(event.type)
         if kind is None or (kind == "rejected" and "rejected" not in event.data):
             return None
+        fault = kind == "failed" and event.data.get("error") not in NOT_THE_AGENTS_FAULT
         if kind == "completed":
             self.breakers.record(agent_id, True)
-        elif kind == "failed" and event.data.get("error") not in NOT_THE_AGENTS_FAULT:
+        elif fault:
             self.breakers.record(agent_id, False)
         counts = self.counts.setdefault(agent_id, {})
         counts[kind] = counts.get(kind, 0) + 1
+        if own:
+            counted = self._counted.setdefault(agent_id, {})
+            counted[kind] = counted.get(kind, 0) + 1
+            if fault:
+                counted["fault"] = counted.get("fault", 0) + 1
         mine = self._recent.pop(event.task_id, None)
         if mine is not None and mine.agent_id == agent_id:
             learn_text = mine.text if kind == "completed" and not mine.rerouted else None
@@ -133,6 +157,33 @@ class OutcomeLedger:
             for o, slot in zip(outcomes, answers, strict=True)
             if slot >= 0 and o.learn_text is not None
         ]
+
+    def take_counts(self) -> dict[str, dict[str, int]]:
+        """The own outcomes counted since the last call, for ``route.counts``."""
+        counted, self._counted = self._counted, {}
+        return counted
+
+    def apply_counts(self, counted: object) -> list[str]:
+        """Another router's ``route.counts``: its outcomes, counted here too (breakers
+        included); returns the agents whose standing changed. What is not a count is
+        skipped."""
+        if not isinstance(counted, dict):
+            return []
+        changed = []
+        for agent_id, kinds in counted.items():
+            if not isinstance(agent_id, str) or not isinstance(kinds, dict):
+                continue
+            n = {k: v for k, v in kinds.items() if isinstance(v, int) and v > 0}
+            counts = self.counts.setdefault(agent_id, {})
+            for kind in ("completed", "failed", "rejected"):
+                if kind in n:
+                    counts[kind] = counts.get(kind, 0) + n[kind]
+            for _ in range(min(n.get("completed", 0), MAX_APPLIED_PER_KIND)):
+                self.breakers.record(agent_id, True)
+            for _ in range(min(n.get("fault", 0), MAX_APPLIED_PER_KIND)):
+                self.breakers.record(agent_id, False)
+            changed.append(agent_id)
+        return changed
 
     def merge(self, agent_id: str, memory: Memory) -> None:
         """Counters loaded from Redis (a restart) raise the local ones, never lower them."""

@@ -42,6 +42,12 @@ class Selector(Protocol):
         breaker is open, this router's or another's."""
         ...
 
+    @property
+    def outcome_tag(self) -> str | None:
+        """The tag outcome events of this router's dispatches carry (None: it learns from
+        no outcome, and they carry none)."""
+        ...
+
     def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
         """How `payload` breaks the input schema `agent_id` registered ([]: it fits, or the
         agent declared none)."""
@@ -62,6 +68,10 @@ class NoSelector:
 
     async def admits(self, agent_id: str) -> bool:
         return True  # no outcomes followed, no breakers
+
+    @property
+    def outcome_tag(self) -> str | None:
+        return None
 
     def contract_errors(self, agent_id: str, payload: dict[str, Any]) -> list[dict[str, str]]:
         return []  # no registrations followed

@@ -235,6 +235,11 @@ class SemanticSelector(Lifecycle):
         """Does `agent_id` hold a live lease now (the snapshot, at read time)?"""
         return self.keeper.is_live(agent_id)
 
+    @property
+    def outcome_tag(self) -> str:
+        """Outcomes of this router's dispatches come to its own queue, tagged with this."""
+        return self.keeper.keeper_id
+
     def _bids(self, agent_id: str) -> bool:
         """Does `agent_id` answer calls for bids (its registration says so)?"""
         state = self.snapshot.agent(agent_id)

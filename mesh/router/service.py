@@ -111,6 +111,7 @@ class RouterService(Lifecycle):
             guard=guard_for(self.settings, self.topology),
             replies=reply_path_for(self.settings, self.store),
             hooks=hooks_for(self.metrics, self.publisher.tracing),
+            outcome_tag=self.selector.outcome_tag,
         )
         self._endings = Endings(deps)
         self._intake = Intake(deps, self._endings)

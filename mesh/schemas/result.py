@@ -42,6 +42,10 @@ class RouteInfo(WireModel):
     strategy: Strategy
     score: float | None = None
     low_confidence: bool = False
+    #: the tag of the router that dispatched the task: a worker publishes the task's outcome
+    #: event with it as the routing key's last word, so only that router learns from it
+    #: (the others get its counts in batches, ``route.counts``)
+    router: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9-]+$")
 
 
 class Result(WireModel):

@@ -348,6 +348,7 @@ class WorkerRuntime(Lifecycle):
             agent_id=self.agent.agent_id,
             instance_id=self.instance_id,
             data={"takeover": claim.takeover, "attempt": envelope.attempt},
+            router=envelope.route.router if envelope.route is not None else None,
         )
         run = TaskRun(
             envelope,

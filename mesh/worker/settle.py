@@ -21,7 +21,13 @@ from mesh.hooks import NO_HOOKS, Hooks
 from mesh.messaging import envelope_message
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
 from mesh.schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
-from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, LAST_ERROR_HEADER, DeadReason
+from mesh.topology import (
+    DEFERRED_HEADER,
+    DELAY_HEADER,
+    LAST_ERROR_HEADER,
+    DeadReason,
+    event_routing_key,
+)
 from mesh.worker.answers import Answers
 from mesh.worker.deps import WorkerDeps
 from mesh.worker.outcome import Outcome, nearest_delay, terminal_result, unstorable_result
@@ -294,15 +300,17 @@ class Settler:
             route.strategy if route is not None else "",
             envelope.created_ms,
         )
+        event_type = f"task.{result.status}"
         await self.deps.publisher.emit(
             Event(
-                type=f"task.{result.status}",
+                type=event_type,
                 trace_id=envelope.trace_id,
                 task_id=envelope.task_id,
                 agent_id=self.deps.agent_id,
                 instance_id=self.deps.instance_id,
                 data={"error": result.error.code if result.error else None},
-            )
+            ),
+            event_routing_key(event_type, route.router if route is not None else None),
         )
 
     async def _emit(self, envelope: TaskEnvelope, state: str, data: dict[str, Any]) -> None:
@@ -314,6 +322,7 @@ class Settler:
             agent_id=self.deps.agent_id,
             instance_id=self.deps.instance_id,
             data=data,
+            router=envelope.route.router if envelope.route is not None else None,
         )
 
 

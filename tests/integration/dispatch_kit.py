@@ -46,6 +46,8 @@ class OrderedSelector:
 
     #: agents this selector reports live (a test's stand-in for the registry's snapshot)
     live: frozenset[str] = frozenset()
+    #: it learns from no outcome: its dispatches carry no router tag
+    outcome_tag: str | None = None
 
 
 async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:

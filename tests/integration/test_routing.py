@@ -378,3 +378,36 @@ async def test_a_dispatch_that_failed_leaves_load_breaker_and_learning_untouched
     )
     assert not selector.ledger.pending
     assert await conn.redis.exists(conn.keys.outcome(r.task_id)) == 0
+
+
+async def test_outcomes_reach_only_the_dispatching_router_and_its_counts_the_others(
+    mesh: SemanticMesh, conn: MeshConnection, embedder: Embedder
+) -> None:
+    """Router work grows with its own tasks: an outcome is delivered to the router that
+    dispatched the task (tagged ``task.completed.<tag>``); the others count it from that
+    router's ``route.counts``."""
+    await mesh.start(REFUNDS, LOGISTICS)
+    first = mesh.selector
+    assert first is not None
+    second, stop_second = await build_selector(conn, embedder)
+    try:
+        await second.wait_routable(["refunds", "logistics"], timeout=15)
+        texts = ["can I get my money back", "where is my package"] * 3
+        async with MeshClient(conn) as client:
+            results = await asyncio.gather(*(client.request(t, wait_s=20) for t in texts))
+        assert [r.status for r in results] == ["completed"] * len(texts)
+        assert {r.route.router for r in results if r.route} == {first.outcome_tag}
+        want = {"refunds": 3, "logistics": 3}
+        await wait_until(
+            lambda: (
+                {a: first.ledger.completed(a) for a in want} == want
+                and {a: second.ledger.completed(a) for a in want} == want
+            ),
+            timeout=10,
+        )
+        assert first.keeper.outcome_events == len(texts)
+        assert second.keeper.outcome_events == 0  # none of the first router's outcomes
+        assert second.keeper.counts_applied >= 1
+        assert second.ledger.success_rate("refunds") == first.ledger.success_rate("refunds")
+    finally:
+        await stop_second()
