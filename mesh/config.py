@@ -385,7 +385,9 @@ class Settings(BaseModel):
     #: registrations with its current profile and heartbeats are never held back
     profile_change_interval_s: float = Field(default=5.0, ge=0)
     #: the observer's grant also binds ``route.*`` events, whose decisions carry request
-    #: texts (`mesh access provision` reads it; the observer then binds them too)
+    #: texts (`mesh access provision` reads it; the observer then binds them too); without
+    #: it a router under access control sends its decisions without the text
+    #: (``route.decision.redacted``, which the observer's narrow grant binds)
     observer_reads_requests: bool = False
 
     # --- a client without routers (`mesh.local_rules`)

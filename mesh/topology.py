@@ -48,11 +48,26 @@ MAX_PRIORITY = 10
 #: binding keys of an observer's queue that carry no request text (``route.decision`` and
 #: ``route.learned`` do): under access control its grant allows these, and ``#`` only with
 #: ``MESH_OBSERVER_READS_REQUESTS`` (SECURITY.md: no request texts unless a setting allows)
-OBSERVED_EVENTS: tuple[str, ...] = ("task.#", "agent.#", "alert.#", "route.feedback")
+#: the routing key of a ``route.decision`` without the request's text, what a router sends
+#: under access control unless MESH_OBSERVER_READS_REQUESTS (`decision_routing_key`)
+REDACTED_DECISION_KEY = "route.decision.redacted"
+OBSERVED_EVENTS: tuple[str, ...] = (
+    "task.#",
+    "agent.#",
+    "alert.#",
+    "route.feedback",
+    REDACTED_DECISION_KEY,
+)
 #: every event: an observer's binding without access control, or allowed request texts
 ALL_EVENTS: tuple[str, ...] = ("#",)
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
 PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
+
+
+def redacts_decisions(access_control: bool, observer_reads_requests: bool) -> bool:
+    """Do a router's ``route.decision`` events leave the request text out (and travel as
+    `REDACTED_DECISION_KEY`, which an observer's narrow grant binds)?"""
+    return access_control and not observer_reads_requests
 
 
 def event_routing_key(event_type: str, router: str | None) -> str:
@@ -66,6 +81,8 @@ def event_type_bindings(pattern: str) -> tuple[str, ...]:
     """Binding keys that select the events whose *type* matches the topic `pattern`: the
     pattern itself and, for the router tag a ``task.*`` event's key may end with
     (`event_routing_key`), the same pattern with one more word."""
+    if pattern == "route.decision":
+        return (pattern, REDACTED_DECISION_KEY)
     tagged = pattern.split(".", 1)[0] in ("task", "*") and not pattern.endswith("#")
     return (pattern, f"{pattern}.*") if tagged else (pattern,)
 

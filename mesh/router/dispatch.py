@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from aiormq.exceptions import PublishError
 
-from mesh.router.plan import RouteChoice, decision_event
+from mesh.router.plan import RouteChoice, publish_decision
 from mesh.router.reasons import no_agent, time_left_ms
 from mesh.schemas import RouteInfo
 
@@ -117,9 +117,7 @@ class Dispatcher:
         await deps.emit(
             sent, ("dispatched",), {"route": choice.route.model_dump()}, agent_id=choice.agent_id
         )
-        await deps.publisher.emit(
-            decision_event(sent, choice, {"route_ms": route_ms}, choice.explain)
-        )
+        await publish_decision(deps.publisher, sent, choice, {"route_ms": route_ms}, choice.explain)
         logger.debug(
             "dispatched task_id=%s agent=%s strategy=%s score=%s route_ms=%.2f",
             envelope.task_id,

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mesh.messaging import Publisher
 from mesh.router.reasons import Ending
 from mesh.schemas import Event, RouteInfo, TaskEnvelope
+from mesh.topology import REDACTED_DECISION_KEY, redacts_decisions
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +84,23 @@ def decision_event(
     choice: RouteChoice | None,
     timings: dict[str, float] | None = None,
     explain: dict[str, Any] | None = None,
+    *,
+    redact: bool = False,
 ) -> Event:
-    """The ``route.decision`` event of one decision (None: nothing could be chosen)."""
+    """The ``route.decision`` event of one decision (None: nothing could be chosen);
+    `redact`: without the request's text (`mesh.topology.redacts_decisions`)."""
+    text: dict[str, Any] = (
+        {"capability_chars": len(envelope.capability)}
+        if redact
+        else {"capability": envelope.capability[:500]}
+    )
     return Event(
         type="route.decision",
         trace_id=envelope.trace_id,
         task_id=envelope.task_id,
         agent_id=choice.agent_id if choice else None,
         data={
-            "capability": envelope.capability[:500],
+            **text,
             # where the task sits in its trace (`mesh trace` draws handoffs and budgets)
             "parent_task_id": envelope.parent_task_id,
             "hops": envelope.hops,
@@ -100,6 +110,22 @@ def decision_event(
             "timings": timings or {},
             **(explain or {}),
         },
+    )
+
+
+async def publish_decision(
+    publisher: Publisher,
+    envelope: TaskEnvelope,
+    choice: RouteChoice | None,
+    timings: dict[str, float] | None = None,
+    explain: dict[str, Any] | None = None,
+) -> None:
+    """Send the ``route.decision`` of one decision, redacted where the settings say so."""
+    settings = publisher.conn.settings
+    redact = redacts_decisions(settings.access_control, settings.observer_reads_requests)
+    await publisher.emit(
+        decision_event(envelope, choice, timings, explain, redact=redact),
+        REDACTED_DECISION_KEY if redact else None,
     )
 
 

@@ -34,7 +34,7 @@ from mesh.router.index import CapabilityIndex
 from mesh.router.keeper import IndexKeeper
 from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import OutcomeLedger
-from mesh.router.plan import RouteChoice, decision_event
+from mesh.router.plan import RouteChoice, publish_decision
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.thresholds import resolve_threshold
 from mesh.schemas import RouteInfo, TaskEnvelope, now_ms
@@ -167,7 +167,7 @@ class SemanticSelector(Lifecycle):
         choice = await self._bid_or_fallback(envelope, decision, explain)
         if choice is None:
             # nothing to dispatch: the decision log still says why
-            await self.publisher.emit(decision_event(envelope, None, {}, explain))
+            await publish_decision(self.publisher, envelope, None, {}, explain)
         return choice
 
     async def admits(self, agent_id: str) -> bool:

@@ -28,7 +28,8 @@ from mesh.keys import Keys
 from mesh.messaging import Publisher
 from mesh.observer import Observer
 from mesh.observer.store import TraceStore
-from mesh.schemas import Event
+from mesh.router.plan import publish_decision
+from mesh.schemas import Event, TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration.access_kit import CLIENT, OBSERVER, Opener, Provisioned
 
@@ -92,18 +93,25 @@ async def test_the_observer_reads_what_it_shows_and_no_texts_results_or_contexts
     await router.start()
     add_cleanup(router.close)
     trace = uuid.uuid4().hex
+    envelope = TaskEnvelope(capability="refund order 123 of alice", trace_id=trace, task_id="t1")
     for kind in ("task.dispatched", "route.decision", "task.completed"):
         data = {"capability": "refund order 123 of alice"} if kind == "route.decision" else {}
         await router.emit(Event(type=kind, trace_id=trace, task_id="t1", data=data))
+        if kind == "route.decision":  # what a router sends under access control: no text
+            await publish_decision(router, envelope, None, {}, {"threshold": 0.5})
     store = TraceStore(conn.redis, conn.keys, conn.settings)
 
     async def stored() -> list[str]:
         # sorted: events of one millisecond tie in the trace's sorted set
         return sorted(e.type for e in await store.events(trace))
 
-    # the queue is FIFO: the last event came after the decision would have
-    await wait_until(lambda: _is(stored(), ["task.completed", "task.dispatched"]), timeout=10)
-    assert observer.events == 2
+    # the queue is FIFO: the last event came after the full decision would have
+    want = ["route.decision", "task.completed", "task.dispatched"]
+    await wait_until(lambda: _is(stored(), want), timeout=10)
+    assert observer.events == 3
+    (decision,) = [e for e in await store.events(trace) if e.type == "route.decision"]
+    assert "capability" not in decision.data and decision.data["capability_chars"] == 25
+    assert decision.data["threshold"] == 0.5
 
     # the attacks, with the observer's own broker login
     creds = mesh_access.creds(Role("observer", OBSERVER))
@@ -139,7 +147,7 @@ async def test_the_observer_reads_what_it_shows_and_no_texts_results_or_contexts
         with pytest.raises(NoPermissionError):
             await attempt
     assert await redis.hget(keys.task("t1"), "state") == b"completed"
-    assert await redis.zcard(keys.trace(trace)) == 2
+    assert await redis.zcard(keys.trace(trace)) == 3
     assert await redis.smembers(keys.agents()) == set()
 
 
