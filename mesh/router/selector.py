@@ -247,7 +247,7 @@ class SemanticSelector(Lifecycle):
         candidates = [
             a
             for a in decision.bid_candidates(len(decision.ids))
-            if a not in envelope.excluded_agents and self._bids(a)
+            if a not in envelope.excluded_agents and self.answers_bids(a)
         ][: self.settings.bid_top_k]
         if candidates:
             left = (envelope.deadline_ms or now_ms() + envelope.timeout_ms) - now_ms()
@@ -284,7 +284,7 @@ class SemanticSelector(Lifecycle):
         """Outcomes of this router's dispatches come to its own queue, tagged with this."""
         return self.keeper.keeper_id
 
-    def _bids(self, agent_id: str) -> bool:
+    def answers_bids(self, agent_id: str) -> bool:
         """Does `agent_id` answer calls for bids (its registration says so)?"""
         state = self.snapshot.agent(agent_id)
         return state is not None and state.registration is not None and state.registration.bids
