@@ -36,6 +36,7 @@ from mesh.router.outcomes import COUNTS_EVENT, LEARNED_EVENT, LEARNING_EVENTS, o
 from mesh.schemas import WIRE_MODELS
 from mesh.topology import (
     AGENT_HEADER,
+    CODE_HEADER,
     CONCURRENCY_HEADER,
     DEAD_REASONS,
     DEFERRED_HEADER,
@@ -46,8 +47,10 @@ from mesh.topology import (
     LAST_ERROR_HEADER,
     PRIORITY_BANDS,
     REASON_HEADER,
+    SCORE_HEADER,
     SHA256_HEADER,
     SIZE_HEADER,
+    THRESHOLD_HEADER,
     TRUNCATED_HEADER,
     BindingSpec,
     ExchangeSpec,
@@ -248,6 +251,14 @@ def component_messages() -> dict[str, Any]:
         },
         required=[REASON_HEADER],
     )
+    human_headers = _headers(
+        {
+            CODE_HEADER: {"type": "string", "description": "why no agent took it"},
+            SCORE_HEADER: {"type": "number", "description": "the best agent's score"},
+            THRESHOLD_HEADER: {"type": "number", "description": "the threshold it missed"},
+        },
+        required=[CODE_HEADER],
+    )
     card_headers = _headers(
         {
             INSTANCE_HEADER: {"type": "string"},
@@ -282,6 +293,11 @@ def component_messages() -> dict[str, Any]:
         "bid": message("Bid", "An instance's confidence for a task"),
         "event": message("Event", "Something that happened; the routing key is its type"),
         "feedback": message("Feedback", "A caller's verdict on one of its routed tasks"),
+        "humanTask": message(
+            "TaskEnvelope",
+            "A task no agent took, for a person (its caller got a queued_for_human Result)",
+            headers=human_headers,
+        ),
         "deadLetter": message(
             "DeadLetterBody", "A message the mesh gave up on", headers=dead_headers
         ),
@@ -478,6 +494,14 @@ def channels(topology: Topology) -> dict[str, Any]:
         ["feedback"],
     )
     b.exchange(
+        "exchange.human",
+        t.human,
+        t.human_key,
+        "Tasks no agent scored above the threshold for while no fallback agent is configured "
+        "(degradation level 2, MESH_HUMAN_QUEUE), to a person.",
+        ["humanTask"],
+    )
+    b.exchange(
         "exchange.bids",
         t.bids,
         t.bid_key(COLLECTOR),
@@ -541,6 +565,11 @@ def channels(topology: Topology) -> dict[str, Any]:
         ),
         t.results: ("Result notices, for the routers.", ["resultNotice"]),
         t.feedback: ("Feedback, for the routers.", ["feedback"]),
+        t.human: (
+            "Tasks waiting for a person (`mesh human list|take|answer`); copies expire after "
+            "24 h, the desk in Redis keeps the task for idempotency_ttl_s.",
+            ["humanTask"],
+        ),
     }
     for delay in t.retry_delays_ms:
         queue_docs[t.retry_queue(delay)] = (

@@ -10,6 +10,13 @@ a Result to the requests waiting for its task and drops a copy nobody waits for 
 (`duplicate_results`); a copy that disagrees with the first (another status or output)
 would mean a task ran twice and is counted in `conflicting_results` and logged.
 
+A task no agent scored above the threshold for, while no fallback agent is configured, is
+handed to a person (degradation level 2): `request` returns the interim Result of status
+``queued_for_human`` at once (the caller decides whether to wait), and the person's answer
+comes later on the same reply queue as long as it exists: `final_result(task_id)` returns
+it (kept here if it came first, up to `ANSWERED_MEMORY` of them). It is stored with the
+task either way (`mesh task TASK_ID`).
+
 A request needs a router: before publishing, the client asks the broker whether one
 consumes the router queue (`mesh.router_watch`, a count above zero believed for 3 s) and,
 while a request waits, asks again every `ROUTER_RECHECK_S`. With none, a task that one of
@@ -86,6 +93,10 @@ class MeshClient(Lifecycle):
         )
         self._reply_queue: AbstractQueue | None = None
         self._waiters: dict[str, list[asyncio.Future[Result]]] = {}
+        #: tasks handed to a person (interim Result seen), and their answers that came
+        #: with nobody waiting yet (`final_result`)
+        self._with_people: OrderedDict[str, Result | None] = OrderedDict()
+        self._final_waiters: dict[str, list[asyncio.Future[Result]]] = {}
         #: how long `submit` keeps retrying through a broker outage
         self.publish_retry_s = PUBLISH_RETRY_S
         #: Results handed to waiting requests; copies nobody waited for are
@@ -174,8 +185,17 @@ class MeshClient(Lifecycle):
 
     def _hand_over(self, result: Result) -> None:
         """Give `result` to the requests waiting for its task (or count a copy)."""
+        if result.status == "queued_for_human":
+            self._interim(result)
+            return
         seen = self._remember(result)
         waiters = self._waiters.pop(result.task_id, [])
+        waiters += self._final_waiters.pop(result.task_id, [])
+        if not waiters and result.task_id in self._with_people:
+            self._with_people[result.task_id] = result  # for a later `final_result`
+            logger.info("task_id=%s: the person's answer came (final_result)", result.task_id)
+            self.results_received += 1
+            return
         if waiters:
             for fut in waiters:
                 if not fut.done():
@@ -186,6 +206,43 @@ class MeshClient(Lifecycle):
             logger.info("second copy of the Result of task_id=%s dropped", result.task_id)
         else:
             logger.info("Result for task_id=%s has no waiter; dropped", result.task_id)
+
+    def _interim(self, result: Result) -> None:
+        """An interim ``queued_for_human`` Result: to the waiting requests, not remembered
+        as the task's Result (the person's answer is)."""
+        for fut in self._waiters.pop(result.task_id, []):
+            if not fut.done():
+                fut.set_result(result)
+        if result.task_id not in self._with_people:
+            self._with_people[result.task_id] = None
+            if len(self._with_people) > ANSWERED_MEMORY:
+                self._with_people.popitem(last=False)
+
+    async def final_result(self, task_id: str, *, wait_s: float) -> Result:
+        """The terminal Result of a task whose request returned ``queued_for_human``: the
+        person's answer (`mesh human answer`), at once if it came already.
+
+        Raises:
+            RequestTimeout: no answer within `wait_s` (it stays stored with the task).
+        """
+        late = self._with_people.get(task_id)
+        if late is not None:
+            return late
+        fut: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._final_waiters.setdefault(task_id, []).append(fut)
+        try:
+            return await asyncio.wait_for(fut, wait_s)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"no answer of a person for task_id={task_id} within {wait_s:.1f}s; it is "
+                "stored with the task when it comes (`mesh task`)"
+            ) from None
+        finally:
+            waiters = self._final_waiters.get(task_id, [])
+            if fut in waiters:
+                waiters.remove(fut)
+            if not waiters:
+                self._final_waiters.pop(task_id, None)
 
     def _remember(self, result: Result) -> bool:
         """Whether a Result for this task came before; a different one is a conflict."""
@@ -242,6 +299,9 @@ class MeshClient(Lifecycle):
 
         `fields` are any other envelope fields (target, priority, timeout_ms, required_tags,
         task_id, trace_id...). The wait ends at the task's timeout plus a margin, or `wait_s`.
+
+        A Result of status ``queued_for_human`` is interim: the task waits for a person,
+        whose answer `final_result` returns later.
 
         Raises:
             pydantic.ValidationError: a field is out of bounds.
@@ -388,10 +448,11 @@ class MeshClient(Lifecycle):
         # cancel first: deleting a queue under its own consumer makes the broker
         # cancel it, which aiormq logs as a warning
         await self._replies.stop()
-        for waiters in self._waiters.values():
+        for waiters in (*self._waiters.values(), *self._final_waiters.values()):
             for fut in waiters:
                 fut.cancel()
         self._waiters.clear()
+        self._final_waiters.clear()
         if started and not self._replies.channel.is_closed:
             try:
                 await self._replies.channel.queue_delete(self.topology.reply_queue(self.queue_id))

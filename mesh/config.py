@@ -305,6 +305,10 @@ class Settings(BaseModel):
     bid_top_k: int = Field(default=3, ge=1)
     bid_window_ms: int = Field(default=300, ge=10)
     fallback_agent: str | None = None
+    #: degradation level 2: a task nothing scores above the threshold for, while no
+    #: `fallback_agent` is configured, waits in ``<ns>.human`` for a person (`mesh human`)
+    #: and its caller gets an interim ``queued_for_human`` Result; False: it is unroutable
+    human_queue: bool = True
     example_memory_size: int = Field(default=50, ge=1)
     exploration_share: float = Field(default=0.05, ge=0, le=1)
     breaker_window_s: float = 10.0

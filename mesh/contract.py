@@ -145,6 +145,7 @@ _sessions: Name = attrgetter("sessions")
 _replies: Name = attrgetter("replies")
 _results: Name = attrgetter("results")
 _feedback: Name = attrgetter("feedback")
+_human: Name = attrgetter("human")
 _bids: Name = attrgetter("bids")
 _events: Name = attrgetter("events")
 _retry: Name = attrgetter("retry")
@@ -272,6 +273,15 @@ TABLE: tuple[Row, ...] = (
     ),
     Row(
         "router",
+        "sendHumanTask",
+        "send",
+        "exchange.human",
+        ("humanTask",),
+        "Tasks no agent scored above the threshold for, to a person (no fallback agent)",
+        Publish(_human),
+    ),
+    Row(
+        "router",
         "receiveTask",
         "receive",
         "queue.router",
@@ -318,6 +328,18 @@ TABLE: tuple[Row, ...] = (
         ("resultNotice",),
         "Workers' result notices",
         Consume(lambda w: lit(w.topology.results)),
+        ack=True,
+    ),
+    # `mesh human take` runs with the router's credentials under access control: the answer
+    # is a Result to a caller, which only a router's user may send
+    Row(
+        "router",
+        "receiveHumanTask",
+        "receive",
+        "queue.human",
+        ("humanTask",),
+        "`mesh human take`: the next task for a person",
+        Consume(lambda w: lit(w.topology.human)),
         ack=True,
     ),
     Row(

@@ -125,6 +125,11 @@ class UnknownTask(MeshError, LookupError):
     """No routing record for that task_id (never routed semantically, or older than 24 h)."""
 
 
+class HumanTaskError(MeshError, LookupError):
+    """A task of the human queue cannot be taken or answered: not waiting for a person
+    (answered, never handed over, expired), or taken by someone else."""
+
+
 class CalibrationDataError(MeshError, ValueError):
     """A calibration input file is missing or malformed; the message names file and line."""
 
@@ -181,6 +186,7 @@ __all__ = [
     "ContextNotFound",
     "DownstreamBusy",
     "EffectUnknown",
+    "HumanTaskError",
     "ManagementRequestFailed",
     "MeshError",
     "NoRouter",

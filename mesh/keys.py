@@ -164,6 +164,16 @@ class Keys:
         """Sorted set: task_id scored by the epoch ms its maximum lifetime ends (reaper)."""
         return f"{self.prefix}:processing"
 
+    def human_desk(self) -> str:
+        """Sorted set: task_ids handed to a person (the human queue), by the epoch ms they
+        were handed over (`mesh.dispatch.human`)."""
+        return f"{self.prefix}:human-desk"
+
+    def human_task(self, task_id: str) -> str:
+        """Hash: a task handed to a person: its envelope, best score, threshold, when, and
+        who took it (``taken_by``, set once: two people never answer the same task)."""
+        return f"{self.prefix}:human-task:{task_id}"
+
     def instance_prefix(self) -> str:
         """Prefix of `instance()` keys, for Lua scripts that look up a claim holder's hash."""
         return f"{self.prefix}:instance:"

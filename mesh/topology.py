@@ -60,6 +60,14 @@ OBSERVED_EVENTS: tuple[str, ...] = (
 )
 #: every event: an observer's binding without access control, or allowed request texts
 ALL_EVENTS: tuple[str, ...] = ("#",)
+#: headers of a task in the human queue: the best score, the threshold it missed, and the
+#: code of why no agent took it (`mesh.router.reasons`)
+SCORE_HEADER = "x-mesh-score"
+THRESHOLD_HEADER = "x-mesh-threshold"
+CODE_HEADER = "x-mesh-code"
+#: how long a task's copy waits in the human queue (x-message-ttl): its record in Redis,
+#: which `mesh human` reads, lives `idempotency_ttl_s` (default the same 24 h)
+HUMAN_COPY_TTL_MS = 86_400_000
 #: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
 PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
 
@@ -314,6 +322,15 @@ class Topology:
     feedback_key = "feedback"
 
     @property
+    def human(self) -> str:
+        """Exchange (direct) and durable queue of the tasks handed to a person (degradation
+        level 2: nothing scored above the threshold and no fallback agent is configured);
+        `mesh human` answers them."""
+        return f"{self.namespace}.human"
+
+    human_key = "human"
+
+    @property
     def bids(self) -> str:
         """Topic exchange of bids, workers -> the router that called for them (`bid_key`)."""
         return f"{self.namespace}.bids"
@@ -384,6 +401,7 @@ class Topology:
             ExchangeSpec(self.bids, ExchangeType.TOPIC),
             ExchangeSpec(self.results, ExchangeType.DIRECT),
             ExchangeSpec(self.feedback, ExchangeType.DIRECT),
+            ExchangeSpec(self.human, ExchangeType.DIRECT),
             ExchangeSpec(self.events, ExchangeType.TOPIC),
             ExchangeSpec(self.retry, ExchangeType.TOPIC),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),
@@ -394,6 +412,10 @@ class Topology:
             QueueSpec(self.registry, self._queue_args(priority=False)),
             QueueSpec(self.results, self._queue_args(priority=False)),
             QueueSpec(self.feedback, self._queue_args(priority=False)),
+            QueueSpec(
+                self.human,
+                {**self._queue_args(priority=False), "x-message-ttl": HUMAN_COPY_TTL_MS},
+            ),
         ]
         bindings: list[BindingSpec] = [
             BindingSpec(self.ingress, self.router_queue, self.ingress_key),
@@ -405,6 +427,7 @@ class Topology:
             BindingSpec(self.registry, self.registry, self.registry_key),
             BindingSpec(self.results, self.results, self.results_key),
             BindingSpec(self.feedback, self.feedback, self.feedback_key),
+            BindingSpec(self.human, self.human, self.human_key),
         ]
         for delay in self.retry_delays_ms:
             name = self.retry_queue(delay)
@@ -592,14 +615,18 @@ def message_priority(priority: int) -> int:
 
 __all__ = [
     "AGENT_HEADER",
+    "CODE_HEADER",
     "CONCURRENCY_HEADER",
     "DEAD_REASONS",
     "DEFERRED_HEADER",
     "DELAY_HEADER",
     "DETAILS_HEADER",
+    "HUMAN_COPY_TTL_MS",
     "INSTANCE_HEADER",
     "LAST_ERROR_HEADER",
     "REASON_HEADER",
+    "SCORE_HEADER",
+    "THRESHOLD_HEADER",
     "BindingSpec",
     "DeadReason",
     "ExchangeSpec",

@@ -1,7 +1,10 @@
 """`mesh explain TEXT [--tag k=v]`: the ranked table a router would compute for TEXT, and why.
 
 Uses the live agents (from the registry's state in Redis), their learned memories and the
-same selector and scoring code as the routers; it dispatches nothing.
+same selector and scoring code as the routers; it dispatches nothing. When nobody wins, it
+says what a router would do with the current settings: the call for bids (agents that
+answer bids), then the fallback agent if one is configured and live, else the human queue
+(``MESH_HUMAN_QUEUE``), else unroutable with its code and sentence.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ import sys
 from typing import Any
 
 from mesh.cli._args import add_create_flag, int_range, require_router_stack
-from mesh.cli._broker import require_namespace
+from mesh.cli._broker import require_namespace, topology_of
 from mesh.cli.request import parse_tags
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.router.reasons import NoMatch, unmatched
 from mesh.router.scoring import Candidate, Decision
+from mesh.schemas import TaskEnvelope
 from mesh.schemas.codec import dumps
 
 COLUMNS = (
@@ -65,9 +70,18 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
         selector, stop = await build_selector(conn)
         try:
             decision = await selector.decide(args.text, tags, list(args.exclude))
+            miss = (
+                selector.miss(decision, tags, list(args.exclude))
+                if decision.agent_id is None
+                else None
+            )
+            bidders = [
+                a for a in decision.bid_candidates(settings.bid_top_k) if selector.answers_bids(a)
+            ]
         finally:
             await stop()
     rows = decision.candidates(args.limit)
+    then = outcome(args.text, tags, list(args.exclude), miss, bidders, settings)
     if args.json:
         print(
             dumps(
@@ -78,13 +92,14 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
                     "strategy": decision.strategy,
                     "runner_up": decision.runner_up,
                     "reason": reason(decision, rows),
+                    "then": then,
                     "candidates": [c.as_dict() for c in rows],
                 }
             ).decode()
         )
         return 0
     if not rows:
-        print("no agents are registered and live")
+        print(f"no agents are registered and live: {then}")
         return 1
     print(f"{COLUMNS[0]:32s} " + " ".join(f"{c:>10s}" for c in COLUMNS[1:]))
     for c in rows:
@@ -96,7 +111,39 @@ async def _explain(args: argparse.Namespace, settings: Settings) -> int:
         mark = "*" if c.agent_id == decision.agent_id else " "
         print(f"{mark}{c.agent_id[:31]:31s} {cells}")
     print(f"\nthreshold {decision.threshold:.3f}: {reason(decision, rows)}")
+    if then:
+        print(f"then: {then}")
     return 0
+
+
+def outcome(
+    text: str,
+    tags: dict[str, str],
+    excluded: list[str],
+    miss: NoMatch | None,
+    bidders: list[str],
+    settings: Settings,
+) -> str:
+    """What a router does with the task when nobody wins, with the current settings ('' when
+    somebody wins): bids, then the fallback agent, the human queue, or unroutable."""
+    if miss is None:
+        return ""
+    bids = (
+        f"the router calls for bids from {', '.join(bidders)}; if none wins, "
+        if bidders and miss.cause == "below_threshold"
+        else ""
+    )
+    if miss.cause == "below_threshold" and miss.fallback and miss.fallback_why == "could take it":
+        return f"{bids}the fallback agent {miss.fallback} takes it (MESH_FALLBACK_AGENT)"
+    envelope = TaskEnvelope(capability=text or "?", required_tags=tags, excluded_agents=excluded)
+    human = topology_of(settings).human if settings.human_queue else None
+    ending = unmatched(envelope, miss, human_queue=human)
+    if ending.status == "queued_for_human":
+        return (
+            f"{bids}it waits for a person in {human} (`mesh human list`), and the caller gets "
+            "a queued_for_human Result (MESH_HUMAN_QUEUE=false: unroutable instead)"
+        )
+    return f"{bids}{ending.status} [{ending.code}]: {ending.message}"
 
 
 def reason(decision: Decision, rows: list[Candidate]) -> str:
@@ -107,10 +154,7 @@ def reason(decision: Decision, rows: list[Candidate]) -> str:
             return "no live agents"
         if not eligible:
             best = max(rows, key=lambda c: c.similarity)
-            return (
-                f"nobody clears the threshold (best similarity {best.similarity:.3f}, "
-                f"{best.agent_id}): the router calls for bids, then the fallback agent"
-            )
+            return f"nobody is eligible (best similarity {best.similarity:.3f}, {best.agent_id})"
         return "no eligible agent"
     win = next((c for c in rows if c.agent_id == decision.agent_id), None)
     what = {

@@ -10,13 +10,15 @@ from           to
 =============  ====================================================================
 (new)          submitted, accepted
 submitted      routing, expired, unroutable, dead, failed
-routing        dispatched, unroutable, expired, dead, failed
+routing        dispatched, unroutable, expired, dead, failed, queued_for_human
 dispatched     accepted, rerouting, expired, dead, failed
 rerouting      routing, expired, unroutable, dead, failed
 accepted       processing, expired, rerouting, failed
 processing     completed, failed, expired, retrying, rerouting, rejected, dead,
                accepted (redelivered after a crash: the claim is taken over)
 retrying       accepted, expired, failed, dead
+queued_for_    completed, failed (a person answered, `mesh human answer`)
+human
 (terminal)     completed, failed, expired, unroutable, dead, rejected: none
 =============  ====================================================================
 """
@@ -34,6 +36,7 @@ TaskState = Literal[
     "accepted",
     "processing",
     "retrying",
+    "queued_for_human",
     "completed",
     "failed",
     "expired",
@@ -52,7 +55,9 @@ TERMINAL: Final[frozenset[str]] = frozenset(
 TRANSITIONS: Final[Mapping[str, frozenset[str]]] = {
     NEW: frozenset({"submitted", "accepted"}),
     "submitted": frozenset({"routing", "expired", "unroutable", "dead", "failed"}),
-    "routing": frozenset({"dispatched", "unroutable", "expired", "dead", "failed"}),
+    "routing": frozenset(
+        {"dispatched", "unroutable", "expired", "dead", "failed", "queued_for_human"}
+    ),
     "dispatched": frozenset({"accepted", "rerouting", "expired", "dead", "failed"}),
     "rerouting": frozenset({"routing", "expired", "unroutable", "dead", "failed"}),
     "accepted": frozenset({"processing", "expired", "rerouting", "failed"}),
@@ -60,6 +65,8 @@ TRANSITIONS: Final[Mapping[str, frozenset[str]]] = {
         {"completed", "failed", "expired", "retrying", "rerouting", "rejected", "dead", "accepted"}
     ),
     "retrying": frozenset({"accepted", "expired", "failed", "dead"}),
+    #: handed to a person (degradation level 2): only their answer ends it
+    "queued_for_human": frozenset({"completed", "failed"}),
     **{state: frozenset() for state in TERMINAL},
 }
 

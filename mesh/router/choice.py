@@ -18,7 +18,9 @@ from mesh.router.reasons import (
     downstream_busy,
     ending_of,
     no_agent,
+    target_excluded,
     time_left_ms,
+    unmatched,
 )
 from mesh.schemas import RouteInfo, TaskEnvelope
 
@@ -33,12 +35,18 @@ class Chooser:
     def __init__(self, deps: RouterDeps) -> None:
         self.deps = deps
 
-    async def choose(self, envelope: TaskEnvelope) -> RouteChoice | None:
+    async def choose(self, envelope: TaskEnvelope) -> RouteChoice | Ending:
+        """An agent, or the ending that says why none (`mesh.router.reasons.unmatched`)."""
         if envelope.target is not None:
             if envelope.target in envelope.excluded_agents:
-                return None
+                return target_excluded(envelope.target)
             return RouteChoice(envelope.target, RouteInfo(strategy="target"))
-        return await self.deps.selector.select(envelope)
+        found = await self.deps.selector.select(envelope)
+        if isinstance(found, RouteChoice):
+            return found
+        deps = self.deps
+        human = deps.topology.human if deps.settings.human_queue else None
+        return unmatched(envelope, found, human_queue=human)
 
     def ending(self, envelope: TaskEnvelope) -> Ending | None:
         return ending_of(envelope, self.deps.settings.max_reroutes)
@@ -47,10 +55,13 @@ class Chooser:
         ending = self.ending(envelope)
         backlog = returned.backlog if returned is not None else None
         patient = backlog is not None and time_left_ms(envelope) > 0
+        choice: RouteChoice | None = None
+        missed: Ending | None = None
         if backlog is not None and backlog == envelope.target:
-            choice = None  # the target's own queue is where it will be served
-        else:
-            choice = None if ending is not None else await self.choose(envelope)
+            pass  # the target's own queue is where it will be served
+        elif ending is None:
+            chosen = await self.choose(envelope)
+            choice, missed = (chosen, None) if isinstance(chosen, RouteChoice) else (None, chosen)
         if returned is not None and backlog is not None and choice is None and patient:
             # the accept timeout is for agents that take no work; this one is live and
             # works through a backlog: back into its queue, waiting up to the deadline,
@@ -70,7 +81,7 @@ class Chooser:
             if errors:
                 choice, ending = None, bad_payload(target, errors)
         if ending is None and choice is None:
-            ending = no_agent(envelope)
+            ending = missed or no_agent(envelope)
         if returned is not None:
             self.deps.hooks.rerouted(returned.agent_id, returned.reason)
         return Plan(envelope, choice, ending)

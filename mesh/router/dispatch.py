@@ -2,7 +2,8 @@
 
 The task is already ``dispatched`` in Redis when the publish goes out (confirmed,
 mandatory, expiring after the accept timeout unless the agent's own queue is where it
-waits). An unbound key (the agent's queue is gone) excludes that agent and chooses again.
+waits). An unbound key (the agent's queue is gone) excludes that agent and chooses again;
+for a task's target it ends the task (``unknown_target``: a target goes nowhere else).
 Only a confirmed dispatch counts: the selector's load and learning, the hooks, the
 ``task.dispatched`` and ``route.decision`` events.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from aiormq.exceptions import PublishError
 
 from mesh.router.plan import RouteChoice, publish_decision
-from mesh.router.reasons import no_agent, time_left_ms
+from mesh.router.reasons import Ending, time_left_ms, unknown_target
 from mesh.schemas import RouteInfo
 
 if TYPE_CHECKING:
@@ -97,9 +98,11 @@ class Dispatcher:
                 return
             await deps.emit(envelope, rerouting, {"from_agent": choice.agent_id})
             ending = self.chooser.ending(envelope)
-            found = None if ending is not None else await self.chooser.choose(envelope)
-            if found is None:
-                await self.endings.end(envelope, raw, ending or no_agent(envelope))
+            if ending is None and choice.agent_id == envelope.target:
+                ending = unknown_target(choice.agent_id)  # a target goes nowhere else
+            found = ending if ending is not None else await self.chooser.choose(envelope)
+            if isinstance(found, Ending):
+                await self.endings.end(envelope, raw, found)
                 return
             choice = found
             hooks.chose(choice.agent_id, choice.route)

@@ -1,7 +1,9 @@
 """The terminal step: how the router ends what it cannot route.
 
 `Endings` carries out an `mesh.router.reasons.Ending`: the task's Result is recorded,
-every caller answered, the body dead-lettered with the reason.
+every caller answered, the body dead-lettered with the reason. An ending of status
+``queued_for_human`` (degradation level 2) is no end: the task is handed to the human
+queue (`mesh.dispatch.human.HumanDesk`) and its callers get the interim Result.
 A body that does not decode and a message the guard does not believe end here too,
 answered first when their reply route allows it, then kept in ``dead.invalid``.
 """
@@ -12,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from mesh.access.refusal import Refusal
+from mesh.dispatch.human import HumanDesk
 from mesh.messaging import waiter, waiter_of
 from mesh.results import error_result
 from mesh.router.reasons import Ending
@@ -31,6 +34,8 @@ class Endings:
 
     def __init__(self, deps: RouterDeps) -> None:
         self.deps = deps
+        #: the human queue (degradation level 2)
+        self.desk = HumanDesk(deps.publisher, deps.store, deps.settings)
         #: messages the guard did not believe (or whose task_id is another user's)
         self.refused = 0
 
@@ -42,6 +47,11 @@ class Endings:
         """
         deps = self.deps
         status, reason, code, message, details = ending
+        if status == "queued_for_human":
+            error = ErrorInfo(code=code, message=message, details=details or {})
+            if await self.desk.hand_over(envelope, details or {}, error, by=deps.router_id):
+                deps.hooks.annotate(status, code)
+            return
         claims = int((await deps.store.holder_of(envelope.task_id)).get("claims", 0) or 0)
         if claims:
             # the caller must not read "never ran": an instance that then died had started it

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from mesh.messaging import Publisher
-from mesh.router.reasons import Ending
+from mesh.router.reasons import Ending, NoMatch
 from mesh.schemas import Event, RouteInfo, TaskEnvelope
 from mesh.topology import REDACTED_DECISION_KEY, redacts_decisions
 
@@ -27,11 +27,12 @@ class RouteChoice:
 class Selector(Protocol):
     """Chooses an agent for an envelope without a `target` (the semantic router).
 
-    `select` only chooses: it changes nothing. `dispatched` is called once the chosen
-    dispatch was published and confirmed (breaker probes, load counts, learning).
+    `select` only chooses: it changes nothing; when it chooses nobody it says why in a
+    `NoMatch` (None: it says no more, code ``no_agent``). `dispatched` is called once the
+    chosen dispatch was published and confirmed (breaker probes, load counts, learning).
     """
 
-    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None: ...
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | NoMatch | None: ...
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None: ...
 
@@ -59,8 +60,8 @@ class Selector(Protocol):
 class NoSelector:
     """Used until semantic routing is configured: only `target` envelopes are routable."""
 
-    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
-        return None
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | NoMatch | None:
+        return NoMatch("no_selector")
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
         return None

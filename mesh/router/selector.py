@@ -4,7 +4,8 @@ Choosing is a pure function of the index (`scoring.score` over `CapabilityIndex`
 task's capability text is embedded (LRU cache, micro-batches), every live agent is scored
 in one numpy pass, and the fallbacks of DESIGN section 6 follow: arbitration of near ties
 (in `scoring`), a call for bids when nothing clears the threshold, the fallback agent with
-`low_confidence`, or None (the router then dead-letters the task as unroutable).
+`low_confidence`, or a `NoMatch` saying why nobody (`mesh.router.misses`): the router then
+hands the task to a person or dead-letters it as unroutable (`mesh.router.reasons`).
 
 `select` changes nothing; `dispatched` is the router's hook once a chosen dispatch was
 published and confirmed: only then does it count against the agent's breaker probe and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -33,8 +35,10 @@ from mesh.router.embedding import Embedder
 from mesh.router.index import CapabilityIndex
 from mesh.router.keeper import IndexKeeper
 from mesh.router.memory import ExampleMemory
+from mesh.router.misses import miss_of
 from mesh.router.outcomes import OutcomeLedger
 from mesh.router.plan import RouteChoice, publish_decision
+from mesh.router.reasons import NoMatch
 from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.thresholds import resolve_threshold
 from mesh.schemas import RouteInfo, TaskEnvelope, now_ms
@@ -143,7 +147,44 @@ class SemanticSelector(Lifecycle):
             # read time: never choose an agent whose every lease has lapsed
             blocked[index.row(chosen)] = True
 
-    async def select(self, envelope: TaskEnvelope) -> RouteChoice | None:
+    def miss(
+        self, decision: Decision, required_tags: dict[str, str], excluded: list[str]
+    ) -> NoMatch:
+        """Why `decision` chose nobody, and what the fallback agent can do (`mesh explain`
+        reads it too); no bids are called."""
+        miss = miss_of(
+            decision,
+            required_tags=required_tags,
+            tag_mask=self.index.tag_mask,
+            excluded=excluded,
+            breaker_open=self.breakers.blocked(),
+            last_live_ms=self.last_live_ms,
+        )
+        fallback = self.settings.fallback_agent
+        if miss.cause != "below_threshold" or not fallback:
+            return miss
+        if fallback in excluded:
+            why = "was tried already (it rejected the task or did not take it)"
+        elif not self.keeper.is_live(fallback):
+            since = self.last_live_ms(fallback)
+            ago = (
+                ""
+                if since is None
+                else f" (its last lease ended {(now_ms() - since) // 1000} s ago)"
+            )
+            why = "has no live instance" + ago
+        else:
+            why = "could take it"
+        return replace(miss, fallback=fallback, fallback_why=why)
+
+    def last_live_ms(self, agent_id: str) -> int | None:
+        """When `agent_id`'s last lease ended or ends (epoch ms; None: no instance known)."""
+        state = self.snapshot.agent(agent_id)
+        if state is None or not state.instances:
+            return None
+        return max(i.lease_expires_ms for i in state.instances.values())
+
+    async def select(self, envelope: TaskEnvelope) -> RouteChoice | NoMatch:
         decision = await self.decide(
             envelope.capability, dict(envelope.required_tags), list(envelope.excluded_agents)
         )
@@ -165,10 +206,13 @@ class SemanticSelector(Lifecycle):
                 explain,
             )
         choice = await self._bid_or_fallback(envelope, decision, explain)
-        if choice is None:
-            # nothing to dispatch: the decision log still says why
-            await publish_decision(self.publisher, envelope, None, {}, explain)
-        return choice
+        if choice is not None:
+            return choice
+        miss = self.miss(decision, dict(envelope.required_tags), list(envelope.excluded_agents))
+        # nothing to dispatch: the decision log still says why
+        explain["miss"] = miss.cause
+        await publish_decision(self.publisher, envelope, None, {}, explain)
+        return miss
 
     async def admits(self, agent_id: str) -> bool:
         """May a task go to `agent_id` now: its breaker (this router's, or another's through
@@ -203,7 +247,7 @@ class SemanticSelector(Lifecycle):
         candidates = [
             a
             for a in decision.bid_candidates(len(decision.ids))
-            if a not in envelope.excluded_agents and self._bids(a)
+            if a not in envelope.excluded_agents and self.answers_bids(a)
         ][: self.settings.bid_top_k]
         if candidates:
             left = (envelope.deadline_ms or now_ms() + envelope.timeout_ms) - now_ms()
@@ -240,7 +284,7 @@ class SemanticSelector(Lifecycle):
         """Outcomes of this router's dispatches come to its own queue, tagged with this."""
         return self.keeper.keeper_id
 
-    def _bids(self, agent_id: str) -> bool:
+    def answers_bids(self, agent_id: str) -> bool:
         """Does `agent_id` answer calls for bids (its registration says so)?"""
         state = self.snapshot.agent(agent_id)
         return state is not None and state.registration is not None and state.registration.bids

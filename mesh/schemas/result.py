@@ -8,8 +8,15 @@ from pydantic import Field
 
 from mesh.schemas._base import WireModel
 
-Status = Literal["completed", "failed", "rejected", "expired", "unroutable", "dead"]
-#: statuses that end a task; every accepted task gets exactly one of them
+Status = Literal[
+    "completed", "failed", "rejected", "expired", "unroutable", "dead", "queued_for_human"
+]
+#: statuses that end a task; every accepted task gets exactly one of them.
+#: ``queued_for_human`` is not one: it is the interim Result of a task no agent scored above
+#: the threshold for while no fallback agent is configured (degradation level 2). The task
+#: waits in the ``<ns>.human`` queue for a person (`mesh human answer`); their answer, a
+#: terminal Result, follows on the same reply queue if it still exists and is stored with
+#: the task either way (`mesh task TASK_ID`).
 TERMINAL_STATUSES: frozenset[str] = frozenset(
     {"completed", "failed", "rejected", "expired", "unroutable", "dead"}
 )
@@ -30,9 +37,10 @@ class ErrorInfo(WireModel):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-#: ``local_rule``: no router ran; a rule of the client sent the task (`mesh.local_rules`)
+#: ``local_rule``: no router ran; a rule of the client sent the task (`mesh.local_rules`);
+#: ``human``: a person answered it from the human queue (`mesh human answer`)
 Strategy = Literal[
-    "target", "semantic", "arbitration", "bid", "fallback", "exploration", "local_rule"
+    "target", "semantic", "arbitration", "bid", "fallback", "exploration", "local_rule", "human"
 ]
 
 
@@ -49,7 +57,13 @@ class RouteInfo(WireModel):
 
 
 class Result(WireModel):
-    """The outcome of a task, published to the envelope's `reply_to`."""
+    """The outcome of a task, published to the envelope's `reply_to`.
+
+    Every status but ``queued_for_human`` is terminal: exactly one of them per task. A
+    ``queued_for_human`` Result is interim (the task was handed to a person: its `error`
+    says why no agent took it, `route.score` is the best score); the person's answer comes
+    later as a second, terminal Result with ``route.strategy="human"``.
+    """
 
     task_id: str = Field(min_length=1, max_length=128)
     trace_id: str | None = Field(default=None, max_length=128)

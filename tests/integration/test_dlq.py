@@ -35,7 +35,7 @@ async def test_list_leaves_dead_letters_and_replay_runs_them_as_new_tasks(
         for _ in range(2):  # looking twice: still there, in order
             letters = await peek(conn, "unroutable")
             assert [d.task_id for d in letters] == [dead.task_id]
-        assert letters[0].details["code"] == "no_agent"
+        assert letters[0].details["code"] == "unknown_target"
         assert letters[0].as_dict()["body"]["payload"] == {"n": 7}
 
         await start_worker(conn, add_cleanup, effect_agent(conn))

@@ -148,10 +148,12 @@ async def test_fallback_takes_what_nobody_matches_with_low_confidence(
 async def test_unroutable_without_fallback_is_answered_and_dead_lettered(
     mesh: SemanticMesh, conn: MeshConnection
 ) -> None:
+    conn.settings = conn.settings.model_copy(update={"human_queue": False})
     await mesh.start(REFUNDS)
     async with MeshClient(conn) as client:
         r = await client.request("compose a haiku about the autumn moon", wait_s=20)
     assert r.status == "unroutable"
+    assert r.error is not None and r.error.code == "no_fallback"
     dead = await drain_queue(conn, conn.topology.dead_queue("unroutable"))
     assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [r.task_id]
 

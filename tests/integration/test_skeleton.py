@@ -59,7 +59,8 @@ async def test_unknown_target_is_unroutable_and_dead_lettered(
     async with MeshClient(conn) as client:
         result = await client.request("anything", target="nobody-home", wait_s=10)
     assert result.status == "unroutable"
-    assert result.error is not None and result.error.code == "no_agent"
+    assert result.error is not None and result.error.code == "unknown_target"
+    assert "'nobody-home' is no agent of this mesh" in result.error.message
     channel = await conn.channel()
     queue = await channel.get_queue(conn.topology.dead_queue("unroutable"), ensure=False)
     message = await _get(queue)
