@@ -41,6 +41,8 @@ from mesh.config import Settings, mask_url
 from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
 from mesh.keys import Keys
 from mesh.lifecycle import Lifecycle
+from mesh.logs import quiet_connection_noise
+from mesh.outage import OutageLog, Outages, outage_log
 from mesh.redis_pool import redis_client
 from mesh.schemas import new_id
 from mesh.topology import Topology
@@ -235,15 +237,26 @@ class FailoverConnection(aio_pika.RobustConnection):
         self.url_index = start % len(self.urls)
         #: how many times the connection moved to another node
         self.failovers = 0
+        #: where a lost connection and its return are said (`watch`)
+        self.outage: OutageLog | None = None
         super().__init__(self.urls[self.url_index], loop=loop, **kwargs)
 
+    def watch(self, outage: OutageLog) -> None:
+        """Report every lost connection (and failed attempt) to `outage`, and its return."""
+        self.outage = outage
+        self.reconnect_callbacks.add(lambda _connection: outage.back())
+
     async def _on_connection_close(self, closing: asyncio.Future[Any]) -> None:
-        if len(self.urls) > 1 and not (self._close_called or self.is_closed):
-            lost = str(self)
-            self.url_index = (self.url_index + 1) % len(self.urls)
-            self.url = self.urls[self.url_index]
-            self.failovers += 1
-            logger.warning("RabbitMQ node %s unavailable; next attempt: %s", lost, self)
+        if not (self._close_called or self.is_closed):
+            exc = closing.exception() if closing.done() and not closing.cancelled() else None
+            if self.outage is not None:
+                self.outage.lost(exc)
+            if len(self.urls) > 1:
+                lost = str(self)
+                self.url_index = (self.url_index + 1) % len(self.urls)
+                self.url = self.urls[self.url_index]
+                self.failovers += 1
+                logger.info("RabbitMQ node %s unavailable; next attempt: %s", lost, self)
         await super()._on_connection_close(closing)
 
 
@@ -264,6 +277,20 @@ class MeshConnection(Lifecycle):
         self.keys = Keys(settings.namespace, vhost_of(settings))
         self._amqp: AbstractRobustConnection | None = None
         self._redis: Redis | None = None
+        redis_where = settings.redis_url_masked
+        if settings.redis_sentinels:
+            redis_where = (
+                f"master {settings.redis_sentinel_master!r} of sentinels {settings.redis_sentinels}"
+            )
+        #: the process's outage logs of this broker and this Redis (`mesh.outage`)
+        self.outages = Outages(
+            outage_log(
+                "RabbitMQ",
+                settings.amqp_url_masked,
+                retry=f"reconnecting every {RECONNECT_INTERVAL_S}s",
+            ),
+            outage_log("Redis", redis_where),
+        )
 
     @property
     def connection_name(self) -> str:
@@ -297,6 +324,7 @@ class MeshConnection(Lifecycle):
                 TLS option names a missing file: a setting to fix, not a service to start.
         """
         s = self.settings
+        quiet_connection_noise()
         redis_url = s.redis_url.get_secret_value()
         # a TLS option naming a missing file is a setting to fix, not a service to start
         for url in (u.get_secret_value() for u in s.amqp_urls):
@@ -313,9 +341,7 @@ class MeshConnection(Lifecycle):
             master=s.redis_sentinel_master,
             connect_timeout_s=s.connect_timeout_s,
         )
-        where = s.redis_url_masked
-        if s.redis_sentinels:
-            where = f"master {s.redis_sentinel_master!r} of sentinels {s.redis_sentinels}"
+        where = self.outages.redis.where
         try:
             await client.ping()
         except redis_asyncio.AuthenticationError as exc:
@@ -436,6 +462,7 @@ class MeshConnection(Lifecycle):
                 logger.info(
                     "RabbitMQ: connected to %s (node %d of %d)", connection, index + 1, len(urls)
                 )
+            connection.watch(self.outages.broker)
             return connection
         raise ServiceUnavailable("RabbitMQ", s.amqp_url_masked, START_HINT) from None
 

@@ -30,6 +30,7 @@ from tenacity import (
 )
 
 from mesh.errors import RedisFunctionsMissing
+from mesh.outage import report as report_outage
 from mesh.redis_pool import RedisBusy
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,11 @@ PUBLISH_RETRY_S = 60.0
 
 def _log_attempt(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
+    what = getattr(state.fn, "__qualname__", "operation")
+    if exc is not None and report_outage(exc, what=what):
+        # a lost broker or Redis: said once per outage (`mesh.outage`), each attempt here
+        logger.debug("%s failed (attempt %d): %r; retrying", what, state.attempt_number, exc)
+        return
     logger.warning(
         "%s failed (attempt %d, %.1fs so far): %r; retrying",
         getattr(state.fn, "__qualname__", "operation"),
@@ -97,8 +103,9 @@ async def quietly(action: Awaitable[object]) -> bool:
     """Await an ack or nack; False when its channel was lost (the broker then redelivers)."""
     try:
         await action
-    except TRANSIENT_ERRORS:
-        logger.info("ack/nack on a lost channel skipped; the broker redelivers the message")
+    except TRANSIENT_ERRORS as exc:
+        level = logging.DEBUG if report_outage(exc, what="acks") else logging.INFO
+        logger.log(level, "ack/nack on a lost channel skipped; the broker redelivers the message")
         return False
     return True
 

@@ -33,7 +33,7 @@ class Reaper:
         self.lease_ttl_ms = int(lease_ttl_s * 1000)
         self.reaped = 0
         #: whether the sweeps reach Redis (the health signal)
-        self.redis_health = RedisHealth("reaper")
+        self.redis_health = RedisHealth("reaper", publisher.conn.outages.redis)
 
     async def sweep(self) -> list[str]:
         """Fail every overdue task whose holder is gone; returns their task_ids."""
@@ -100,9 +100,10 @@ class Reaper:
                 await self.sweep()
                 self.redis_health.ok()
             except REDIS_FAILURES as exc:
-                self.redis_health.failed("the reaper's sweep", exc)
-            except TRANSIENT_ERRORS:  # an answer or event the broker did not take
-                logger.warning("reaper sweep skipped (transient failure)", exc_info=True)
+                self.redis_health.failed("sweep", exc)
+            except TRANSIENT_ERRORS as exc:  # an answer or event the broker did not take
+                if not self.publisher.conn.outages.report(exc, what="the reaper's sweep"):
+                    logger.warning("reaper sweep skipped (transient failure)", exc_info=True)
             except Exception:  # a bug must not stop the reaper: logged, next round
                 logger.exception("reaper sweep failed")
             raise_if_cancelling()

@@ -139,8 +139,9 @@ class Observer(Lifecycle):
         if alert.published:
             try:
                 await self.publisher.emit(alert.event(self.observer_id))
-            except TRANSIENT_ERRORS:
-                logger.warning("alert %s not published (outage)", alert.key, exc_info=True)
+            except TRANSIENT_ERRORS as exc:
+                if not self.conn.outages.report(exc, what=f"alert {alert.key}"):
+                    logger.warning("alert %s not published (outage)", alert.key, exc_info=True)
 
     # --- timers ----------------------------------------------------------------------------
     async def _every(self, interval_s: float, action: Callable[[], Awaitable[None]]) -> None:
@@ -148,8 +149,9 @@ class Observer(Lifecycle):
             await asyncio.sleep(interval_s)
             try:
                 await action()
-            except TRANSIENT_ERRORS:
-                logger.info("observer timer: outage, next round in %.1fs", interval_s)
+            except TRANSIENT_ERRORS as exc:
+                if not self.conn.outages.report(exc, what="the observer's timer"):
+                    logger.info("observer timer: outage, next round in %.1fs", interval_s)
 
     async def _tick(self) -> None:
         for alert in self.rules.tick(now_ms()):
@@ -185,6 +187,7 @@ class Observer(Lifecycle):
     async def _redis_write(self, write: Awaitable[None]) -> None:
         try:
             await write
+            self.conn.outages.redis.back()
         except NoPermissionError as exc:
             self.redis_off = str(exc)
             logger.error(

@@ -115,7 +115,7 @@ class RegistryService(Lifecycle):
         )
         self._beats: list[tuple[Beat, str | None]] = []
         #: whether the heartbeat flush and the sweep reach Redis (the health signal)
-        self.redis_health = RedisHealth(f"registry {self.registry_id}")
+        self.redis_health = RedisHealth(f"registry {self.registry_id}", conn.outages.redis)
         self._beats_ready = asyncio.Event()
         self._renewed: dict[str, LeaseRow] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,10 +176,11 @@ class RegistryService(Lifecycle):
                     message.body,
                     details={"errors": [{"loc": "(type)", "msg": f"unknown type {kind!r}"}]},
                 )
-        except (*REDIS_FAILURES, *TRANSIENT):  # the sender tries again
-            logger.warning(
-                "registry %s: %s message not handled", self.registry_id, kind, exc_info=True
-            )
+        except (*REDIS_FAILURES, *TRANSIENT) as exc:  # the sender tries again
+            if not self.conn.outages.report(exc, what=f"a {kind} message"):
+                logger.warning(
+                    "registry %s: %s message not handled", self.registry_id, kind, exc_info=True
+                )
 
     def _refused(
         self, message: AbstractIncomingMessage, what: str, agent_id: str, instance_id: str
@@ -430,8 +431,9 @@ class RegistryService(Lifecycle):
             await asyncio.sleep(pause)
             try:
                 applied = await self.flush_heartbeats()
-            except TRANSIENT:  # a notice or event the broker did not take
-                logger.warning("registry %s: heartbeat answers not sent", self.registry_id)
+            except TRANSIENT as exc:  # a notice or event the broker did not take
+                if not self.conn.outages.report(exc, what="heartbeat answers"):
+                    logger.warning("registry %s: heartbeat answers not sent", self.registry_id)
                 applied = True
             except Exception:  # a bug must not stop the renewals: logged, next round
                 logger.exception("registry %s: heartbeat flush failed", self.registry_id)
@@ -524,8 +526,9 @@ class RegistryService(Lifecycle):
                     await load_state(self.conn.redis, self.conn.keys, prune=True)
             except REDIS_FAILURES as exc:
                 self.redis_health.failed("sweep", exc)
-            except TRANSIENT:  # an event the broker did not take
-                logger.warning("registry %s: sweep failed", self.registry_id, exc_info=True)
+            except TRANSIENT as exc:  # an event the broker did not take
+                if not self.conn.outages.report(exc, what="the sweep"):
+                    logger.warning("registry %s: sweep failed", self.registry_id, exc_info=True)
             except Exception:  # a bug must not stop the sweep: logged, next tick
                 logger.exception("registry %s: sweep failed", self.registry_id)
 

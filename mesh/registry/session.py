@@ -286,7 +286,10 @@ class RegistrySession:
                 await self._beat()
             except (aio_pika.exceptions.AMQPError, RuntimeError, ConnectionError) as exc:
                 # the robust connection reconnects; the next beat tries again
-                logger.warning("heartbeat of %s not sent: %r", self.instance_id, exc)
+                if not self.conn.outages.report(exc, what=f"heartbeats of {self.instance_id}"):
+                    logger.warning("heartbeat of %s not sent: %r", self.instance_id, exc)
+            else:
+                self.conn.outages.broker.back()
 
     async def _beat(self) -> None:
         if self._registry_ex is None or self._queue is None or self._token is None:

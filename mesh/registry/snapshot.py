@@ -192,9 +192,12 @@ class AgentSnapshot(Lifecycle):
             await asyncio.sleep(pause)
             try:
                 found = await self.resync()
-            except (RedisError, OSError, aio_pika.exceptions.AMQPError):
-                logger.warning("snapshot %s: resync failed", self.snapshot_id, exc_info=True)
+            except (RedisError, OSError, aio_pika.exceptions.AMQPError) as exc:
+                if not self.conn.outages.report(exc, what="the agent snapshot's resync"):
+                    logger.warning("snapshot %s: resync failed", self.snapshot_id, exc_info=True)
                 found = True
+            else:
+                self.conn.outages.redis.back()
             pause = base if found else min(pause * 2, base * RESYNC_BACKOFF)
 
     async def resync(self) -> bool:

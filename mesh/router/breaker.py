@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from mesh.clock import Clock, SystemClock
 from mesh.keys import Keys
+from mesh.outage import report as report_outage
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.schemas import now_ms
 
@@ -154,8 +155,9 @@ class SharedBreakers:
     async def _write(self, agent_id: str, until: int, open_s: float) -> None:
         try:
             await self.redis.set(self.keys.breaker(agent_id), until, px=int(open_s * 1000))
-        except TRANSIENT_ERRORS:
-            logger.warning("breaker of agent=%s not shared (Redis away)", agent_id)
+        except TRANSIENT_ERRORS as exc:
+            if not report_outage(exc, what="sharing breakers"):
+                logger.warning("breaker of agent=%s not shared (Redis away)", agent_id)
 
     async def open_until_ms(self, agent_id: str) -> int:
         """Until when (epoch ms) some router holds `agent_id`'s breaker open (0: none)."""

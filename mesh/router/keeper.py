@@ -259,8 +259,9 @@ class IndexKeeper:
                     await self.refitter.refit(full)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.error("index upkeep failed; retrying next round", exc_info=True)
+            except Exception as exc:
+                if not self.conn.outages.report(exc, what="the index upkeep"):
+                    logger.error("index upkeep failed; retrying next round", exc_info=True)
 
     # --- memories --------------------------------------------------------------------------
     async def _load_memories(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from mesh.config import Settings
 from mesh.messaging import Publisher
+from mesh.outage import report as report_outage
 from mesh.router.fitting import FitResult, fit_outputs
 from mesh.router.index import CapabilityIndex
 from mesh.router.refits import (
@@ -170,8 +171,9 @@ class Refitter:
         try:
             for event in self._events(result, lease_s, full):
                 await self.publisher.emit(event)
-        except Exception:
-            logger.warning("announcing a fit failed; the other routers fit", exc_info=True)
+        except Exception as exc:
+            if not report_outage(exc, what="announcing a fit"):
+                logger.warning("announcing a fit failed; the other routers fit", exc_info=True)
         return cpu_s
 
     def _events(self, result: FitResult, lease_s: float, full: bool) -> list[Event]:

@@ -37,6 +37,7 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
+from mesh.outage import connection_failure
 from mesh.retrying import TRANSIENT_ERRORS, quietly
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,9 @@ class NoAck:
         return None
 
     async def outage(self, message: AbstractIncomingMessage, exc: BaseException) -> None:
-        logger.warning("%s: one not handled (outage: %r); lost", self.what, exc)
+        # a lost broker or Redis is said once by its `mesh.outage.OutageLog`
+        level = logging.DEBUG if connection_failure(exc) else logging.WARNING
+        logger.log(level, "%s: one not handled (outage: %r); lost", self.what, exc)
 
     async def broken(self, message: AbstractIncomingMessage, exc: Exception) -> None:
         logger.error(
@@ -187,9 +190,16 @@ class AckAfter:
     async def outage(self, message: AbstractIncomingMessage, exc: BaseException) -> None:
         self.outages += 1
         delay = self.backoff.next_s()
-        logger.warning(
-            "%s: not handled (outage: %r); requeued in %.2fs", self.what, exc, delay, exc_info=exc
-        )
+        if connection_failure(exc):  # said once by its `mesh.outage.OutageLog`
+            logger.debug("%s: not handled (outage: %r); requeued in %.2fs", self.what, exc, delay)
+        else:
+            logger.warning(
+                "%s: not handled (outage: %r); requeued in %.2fs",
+                self.what,
+                exc,
+                delay,
+                exc_info=exc,
+            )
         await asyncio.sleep(delay)
         await self.nack(message, requeue=True)
 
@@ -210,8 +220,12 @@ class AckAfter:
         )
         try:
             await self.on_bug(message, exc)
-        except TRANSIENT_ERRORS:
-            logger.warning("%s: bug action hit an outage; requeued", self.what, exc_info=True)
+        except TRANSIENT_ERRORS as bug_exc:
+            logger.warning(
+                "%s: bug action hit an outage; requeued",
+                self.what,
+                exc_info=None if connection_failure(bug_exc) else bug_exc,
+            )
             await self.nack(message, requeue=True)
             return
         except Exception:
@@ -382,6 +396,7 @@ class Subscriber(Lifecycle):
             await policy.cancelled(message)
             raise
         except TRANSIENT_ERRORS as exc:
+            self.conn.outages.report(exc, what=self.what)
             await policy.outage(message, exc)
         except Exception as exc:
             await policy.broken(message, exc)

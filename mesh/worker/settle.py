@@ -10,6 +10,7 @@ outage, a bug while settling).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from mesh.dispatch.events import emit_states
 from mesh.dispatch.store import Claim, Commit, Holder
 from mesh.hooks import NO_HOOKS, Hooks
 from mesh.messaging import envelope_message
+from mesh.outage import Outages, describe
 from mesh.retrying import TRANSIENT_ERRORS, quietly, with_retries
 from mesh.schemas import Event, InvalidEnvelope, Result, TaskEnvelope, encode
 from mesh.topology import (
@@ -46,6 +48,10 @@ class Settler:
         #: the runtime sets its own once started
         self.hooks: Hooks = NO_HOOKS
         self.completed = 0
+
+    @property
+    def _outages(self) -> Outages:
+        return self.deps.publisher.conn.outages
 
     # --- deliveries that end without a run ------------------------------------------------
     async def invalid(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
@@ -93,10 +99,16 @@ class Settler:
         await self.hand_back(message, envelope, delay, marker=holder)
 
     async def outage(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:
-        """Redis or the broker went away while the task was being run or settled."""
-        logger.warning(
-            "task_id=%s: transient failure; handed back", envelope.task_id, exc_info=True
-        )
+        """Redis or the broker went away while the task was being run or settled (called
+        from the ``except``: the error in hand is the outage)."""
+        exc = sys.exc_info()[1]
+        if exc is not None and self._outages.report(exc, what="settling tasks"):
+            # said once per outage by its `mesh.outage.OutageLog`
+            logger.debug("task_id=%s: handed back (outage: %s)", envelope.task_id, describe(exc))
+        else:
+            logger.warning(
+                "task_id=%s: transient failure; handed back", envelope.task_id, exc_info=True
+            )
         await self.hand_back(message, envelope, self.deps.topology.retry_delays_ms[0])
 
     async def hand_back(
@@ -198,6 +210,7 @@ class Settler:
             logger.error("task_id=%s: output not stored", envelope.task_id, exc_info=True)
             result = unstorable_result(envelope, exc, timings, **ids)
             commit = await self._commit(result, holder)
+        self._outages.redis.back()
         if commit.status == "stale":
             # our lease lapsed and the claim may be someone else's: hand the message back; the
             # next claim decides (a live holder finishes it, a done task is not run again)

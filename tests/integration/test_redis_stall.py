@@ -86,6 +86,9 @@ async def test_a_ten_second_script_stalls_redis_and_the_mesh_resumes_within_five
         )
         add_cleanup(privileged.aclose)
         caplog.set_level(logging.INFO)
+        # the process's outage log of the shared Redis: an earlier test's stall within a
+        # minute must not hold this one's WARNING back
+        conn.outages.redis.limiter.reset()
         started = loop.time()
 
         async def run_stall() -> Any:
@@ -111,10 +114,13 @@ async def test_a_ten_second_script_stalls_redis_and_the_mesh_resumes_within_five
     assert not log.find("agent.down", instance_id)
     state = await conn.redis.hmget(conn.keys.instance(instance_id), "status", "token")
     assert state == [b"up", str(token).encode()]
-    # the registry saw the outage, said so once, and is healthy again (no restart)
+    # the registry saw the outage and is healthy again (no restart); the process said it
+    # once (its registry and router share one outage log of that Redis), and that it ended
     health = registry.redis_health
     assert health.outages >= 1 and health.healthy
-    said = [r for r in caplog.records if "Redis failed in" in r.getMessage()]
-    assert len([r for r in said if r.getMessage().startswith(health.component)]) == 1
-    assert any("Redis answers again" in r.getMessage() for r in caplog.records)
+    outage = [r for r in caplog.records if r.name == "mesh.outage"]
+    said = [r for r in outage if r.levelno == logging.WARNING]
+    assert len(said) == 1 and "Redis at" in said[0].getMessage(), [r.getMessage() for r in said]
+    assert "BUSY" in said[0].getMessage() or "Busy" in said[0].getMessage()
+    assert any("is back after" in r.getMessage() for r in outage if r.levelno == logging.INFO)
     print(f"stall {ended - started:.1f}s; mesh answered {resumed_s:.2f}s after it ended")
