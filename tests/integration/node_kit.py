@@ -3,7 +3,7 @@
 `ensure_node_modules` runs ``npm ci`` into ``agents/node/node_modules`` when the lock file
 changed since the last install (a stamp holds its digest), under a file lock so concurrent
 test processes install once. `NodeAgent` starts ``text-stats.js`` with the worker's settings
-(under access control the worker credentials `tests.access_mode` provisions) and the
+(`tests.integration.worker_process.worker_settings`) and the
 AsyncAPI document of the test's namespace, and reads its JSON log lines.
 """
 
@@ -14,7 +14,6 @@ import contextlib
 import fcntl
 import hashlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -22,11 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mesh.access.roles import Role
 from mesh.asyncapi import render
 from mesh.config import Settings
-from mesh.connection import MeshConnection
-from tests import access_mode
+from tests.integration.worker_process import settings_env
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "agents" / "node"
 STAMP = NODE_DIR / "node_modules" / ".agent-reach-lock-sha256"
@@ -59,16 +56,6 @@ def ensure_node_modules() -> None:
         STAMP.write_text(digest)
 
 
-async def node_settings(conn: MeshConnection, agent_id: str) -> Settings:
-    """The settings the Node agent runs with: the test's, or under access control those of
-    the agent's provisioned worker user (after the admin declared its queue)."""
-    mode = access_mode.of(conn)
-    if mode is None:
-        return conn.settings
-    await mode.declare(conn, agent_id)
-    return await mode.settings_of(Role("worker", agent_id), conn.settings)
-
-
 class NodeAgent:
     """One ``node text-stats.js`` process and the JSON lines it logged."""
 
@@ -85,13 +72,8 @@ class NodeAgent:
         """Start the agent and wait until it registered and consumes."""
         document = self.workdir / "asyncapi.json"
         document.write_bytes(render(self.settings))
-        s = self.settings
         env = {
-            **os.environ,
-            "MESH_AMQP_URL": s.amqp_url.get_secret_value(),
-            "MESH_REDIS_URL": s.redis_url.get_secret_value(),
-            "MESH_ACCESS_CONTROL": "true" if s.access_control else "false",
-            "MESH_TOPOLOGY": s.topology,
+            **settings_env(self.settings),
             "MESH_ASYNCAPI": str(document),
             "MESH_NODE_AGENT_ID": self.agent_id,
             "MESH_NODE_DRILLS": "1",

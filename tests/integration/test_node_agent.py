@@ -14,8 +14,9 @@ import pytest
 
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
-from tests.integration.node_kit import NodeAgent, ensure_node_modules, node_settings
+from tests.integration.node_kit import NodeAgent, ensure_node_modules
 from tests.integration.routing_kit import SemanticMesh, agent
+from tests.integration.worker_process import worker_settings
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +40,7 @@ async def node_mesh(
 ) -> AsyncIterator[tuple[SemanticMesh, NodeAgent]]:
     """Registry, router and a Python agent in this process; the Node agent as a process."""
     await mesh.start(WEATHER)
-    node = await NodeAgent(await node_settings(conn, NODE), NODE, tmp_path).start()
+    node = await NodeAgent(await worker_settings(conn, NODE), NODE, tmp_path).start()
     try:
         assert mesh.selector is not None
         await mesh.selector.wait_routable([NODE], timeout=15)
