@@ -21,7 +21,7 @@ from mesh.config import default_of
 from mesh.dispatch import lua
 from mesh.keys import Keys
 from mesh.registry import fencing
-from mesh.topology import DEFERRED_HEADER, DELAY_HEADER
+from mesh.topology import DEFERRED_HEADER, DELAY_HEADER, event_routing_key
 
 #: placeholders of the templates (AsyncAPI parameter style)
 PREFIX = "{prefix}"
@@ -216,6 +216,10 @@ def describe(namespace: str = "mesh") -> dict[str, Any]:
             f"retries exchange with key '<delay>.agent.<agentId>' and header {DELAY_HEADER} "
             f"(a hand-back also {DEFERRED_HEADER}: this instance), FCALL release for a "
             "retry, then ack the delivery.",
+            "Outcome: an Event of type 'task.<status>' on the events exchange, keyed "
+            f"'{event_routing_key('task.<status>', '<route.router>')}' (the envelope's "
+            "RouteInfo.router: the router that dispatched the task counts it), or "
+            f"'{event_routing_key('task.<status>', None)}' when it has none.",
             "Stop: publish a Deregistration (type 'deregister').",
         ],
     }

@@ -294,7 +294,10 @@ class MeshAgent {
       data,
       ts_ms: Date.now(),
     };
-    await this.publish('exchange.events', { eventType: type }, event, { persistent: false, confirm: false });
+    // an outcome goes to the router that dispatched the task (x-mesh-redis.worker: Outcome)
+    const router = envelope.route && envelope.route.router;
+    const key = router && type.startsWith('task.') ? `${type}.${router}` : type;
+    await this.send(this.contract.exchange('exchange.events'), key, event, { persistent: false, confirm: false });
   }
 
   /** Send a body exactly as received to the dead letters of `reason`. */
