@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from mesh import redis_contract
 from mesh.client import REPLY_QUEUE_EXPIRES_MS
 from mesh.config import Settings
 from mesh.contract import TABLE, Row
@@ -786,6 +787,8 @@ def document(source: Settings | Topology) -> dict[str, Any]:
             "schemas": component_schemas(),
             "messages": component_messages(),
         },
+        # what a worker does in Redis: keys, functions and steps (`mesh.redis_contract`)
+        "x-mesh-redis": redis_contract.describe(topology.namespace),
     }
 
 

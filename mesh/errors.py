@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MeshError(Exception):
     """Base of every error the mesh raises on purpose."""
@@ -111,6 +113,18 @@ class Reject(MeshError):
     def __init__(self, reason: str = "rejected") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class Fail(MeshError):
+    """Raised by a handler: the task failed for a reason its caller can act on. The Result
+    is ``failed`` with this `code` (stable, machine-readable, 1..64 characters), `message`
+    and `details`; it is not retried (raise `Retry` for that)."""
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        self.code = code[:64] or "failed"
+        self.message = message
+        self.details = dict(details or {})
+        super().__init__(f"{self.code}: {message}")
 
 
 class RegistryUnavailable(RegistryError, TimeoutError):

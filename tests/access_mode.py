@@ -60,6 +60,7 @@ MODULES = (
     "tests/integration/test_story_frozen_worker.py",
     "tests/integration/test_story_timeout_cascade.py",
     "tests/integration/test_story_field_mismatch.py",
+    "tests/integration/test_node_agent.py",
 )
 
 
@@ -108,9 +109,13 @@ class AccessMode:
 
     async def open(self, role: Role, name: str, base: Settings | None = None) -> MeshConnection:
         """A connection as `role` with `base`'s other settings (a test may change them)."""
+        return await connect(await self.settings_of(role, base), name=f"{name}[{role.label}]")
+
+    async def settings_of(self, role: Role, base: Settings | None = None) -> Settings:
+        """`settings_for` `role`, provisioned on first use (a process started with them)."""
         if role not in self.creds:
             await self._provision([role])
-        return await connect(self.settings_for(role, base), name=f"{name}[{role.label}]")
+        return self.settings_for(role, base)
 
     async def declare(self, admin: MeshConnection, agent_id: str | None = None) -> None:
         """As admin: the mesh topology (once), and `agent_id`'s queues (once each)."""

@@ -27,6 +27,7 @@ from mesh.logs import configure
 #: sub-command modules, in the order `mesh --help` lists them
 COMMAND_MODULES = (
     "mesh.cli.run",
+    "mesh.cli.bridge",
     "mesh.cli.registry",
     "mesh.cli.request",
     "mesh.cli.agents",

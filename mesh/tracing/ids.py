@@ -33,4 +33,10 @@ def is_traced(trace_id: int, priority: int, ratio: float) -> bool:
     return int.from_bytes(digest[:8], "big") < int(ratio * (1 << 64))
 
 
-__all__ = ["ALWAYS_TRACED_PRIORITY", "is_traced", "otel_trace_id"]
+def traceparent(trace_id: str, span_id: int, *, sampled: bool) -> str:
+    """A W3C ``traceparent`` continuing the trace of an envelope's `trace_id` from the hop
+    `span_id` (64 bits, not 0): ``00-<otel trace id>-<span id>-<01 sampled | 00>``."""
+    return f"00-{otel_trace_id(trace_id):032x}-{span_id or 1:016x}-{'01' if sampled else '00'}"
+
+
+__all__ = ["ALWAYS_TRACED_PRIORITY", "is_traced", "otel_trace_id", "traceparent"]

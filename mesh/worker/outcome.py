@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mesh.errors import EffectUnknown, Reject, Retry
+from mesh.errors import EffectUnknown, Fail, Reject, Retry
 from mesh.redact import redact
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS
@@ -50,6 +50,8 @@ def outcome_of_error(exc: Exception, task_id: str = "", *, expose: bool = False)
         return Outcome("retry", message=exc.reason, delay_ms=exc.delay_ms)
     if isinstance(exc, Reject):
         return Outcome("reject", message=exc.reason)
+    if isinstance(exc, Fail):
+        return Outcome("failed", code=exc.code, message=exc.message, details=exc.details)
     if isinstance(exc, TRANSIENT_ERRORS):
         return Outcome("retry", message=error_text(exc))
     if isinstance(exc, EffectUnknown):
