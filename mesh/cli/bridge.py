@@ -23,7 +23,7 @@ from mesh.errors import ConfigError
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bridge", help="run an agent that lives elsewhere: mesh bridge http ...")
-    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND", help="http")
     h = kinds.add_parser(
         "http",
         help="forward each task to an HTTP endpoint (JSON in, JSON out)",
