@@ -40,6 +40,8 @@ class RouterDeps:
     hooks: Hooks
     #: what this router's dispatches carry in ``route.router`` (`Selector.outcome_tag`)
     outcome_tag: str | None = None
+    #: its ``route.decision`` events leave the request text out (`redacts_decisions`)
+    redact_decisions: bool = False
 
     async def emit(
         self,

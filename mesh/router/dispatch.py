@@ -120,7 +120,14 @@ class Dispatcher:
         await deps.emit(
             sent, ("dispatched",), {"route": choice.route.model_dump()}, agent_id=choice.agent_id
         )
-        await publish_decision(deps.publisher, sent, choice, {"route_ms": route_ms}, choice.explain)
+        await publish_decision(
+            deps.publisher,
+            sent,
+            choice,
+            {"route_ms": route_ms},
+            choice.explain,
+            redact=deps.redact_decisions,
+        )
         logger.debug(
             "dispatched task_id=%s agent=%s strategy=%s score=%s route_ms=%.2f",
             envelope.task_id,

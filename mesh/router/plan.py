@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from mesh.messaging import Publisher
 from mesh.router.reasons import Ending, NoMatch
 from mesh.schemas import Event, RouteInfo, TaskEnvelope
-from mesh.topology import REDACTED_DECISION_KEY, redacts_decisions
+from mesh.topology import REDACTED_DECISION_KEY
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,10 +120,11 @@ async def publish_decision(
     choice: RouteChoice | None,
     timings: dict[str, float] | None = None,
     explain: dict[str, Any] | None = None,
+    *,
+    redact: bool,
 ) -> None:
-    """Send the ``route.decision`` of one decision, redacted where the settings say so."""
-    settings = publisher.conn.settings
-    redact = redacts_decisions(settings.access_control, settings.observer_reads_requests)
+    """Send the ``route.decision`` of one decision; `redact`: without the request's text,
+    chosen once per process (`mesh.topology.redacts_decisions`)."""
     await publisher.emit(
         decision_event(envelope, choice, timings, explain, redact=redact),
         REDACTED_DECISION_KEY if redact else None,

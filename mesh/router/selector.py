@@ -43,6 +43,7 @@ from mesh.router.scoring import Decision, ScoreWeights, score
 from mesh.router.thresholds import resolve_threshold
 from mesh.schemas import RouteInfo, TaskEnvelope, now_ms
 from mesh.schemas.result import Strategy
+from mesh.topology import redacts_decisions
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class SemanticSelector(Lifecycle):
     ) -> None:
         self.conn = conn
         self.settings = s = conn.settings
+        self._redact_decisions = redacts_decisions(s.access_control, s.observer_reads_requests)
         self.embedder = embedder
         self.snapshot = snapshot
         self.publisher = publisher or Publisher(conn)
@@ -211,7 +213,9 @@ class SemanticSelector(Lifecycle):
         miss = self.miss(decision, dict(envelope.required_tags), list(envelope.excluded_agents))
         # nothing to dispatch: the decision log still says why
         explain["miss"] = miss.cause
-        await publish_decision(self.publisher, envelope, None, {}, explain)
+        await publish_decision(
+            self.publisher, envelope, None, {}, explain, redact=self._redact_decisions
+        )
         return miss
 
     async def admits(self, agent_id: str) -> bool:

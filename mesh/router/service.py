@@ -45,6 +45,7 @@ from mesh.router.results import ResultForwarder
 from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
 from mesh.schemas import TaskEnvelope, new_id
+from mesh.topology import redacts_decisions
 from mesh.wire import Subscriber
 
 logger = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class RouterService(Lifecycle):
             replies=reply_path_for(self.settings, self.store),
             hooks=hooks_for(self.metrics, self.publisher.tracing),
             outcome_tag=self.selector.outcome_tag,
+            redact_decisions=redacts_decisions(
+                self.settings.access_control, self.settings.observer_reads_requests
+            ),
         )
         self._endings = Endings(deps)
         self._intake = Intake(deps, self._endings)

@@ -98,7 +98,7 @@ async def test_the_observer_reads_what_it_shows_and_no_texts_results_or_contexts
         data = {"capability": "refund order 123 of alice"} if kind == "route.decision" else {}
         await router.emit(Event(type=kind, trace_id=trace, task_id="t1", data=data))
         if kind == "route.decision":  # what a router sends under access control: no text
-            await publish_decision(router, envelope, None, {}, {"threshold": 0.5})
+            await publish_decision(router, envelope, None, {}, {"threshold": 0.5}, redact=True)
     store = TraceStore(conn.redis, conn.keys, conn.settings)
 
     async def stored() -> list[str]:

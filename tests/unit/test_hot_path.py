@@ -19,6 +19,7 @@ HOT = [
     "mesh/router/returns.py",
     "mesh/router/choice.py",
     "mesh/router/dispatch.py",
+    "mesh/router/plan.py",
     "mesh/router/endings.py",
     "mesh/router/settle.py",
     "mesh/router/results.py",
