@@ -226,6 +226,16 @@ class IndexKeeper:
             if state is not None:
                 self.index.set_stats(agent_id, self.stats_of(state, now))
 
+    def _index_returned(self) -> None:
+        """An agent whose lease looked lapsed when it joined (a slow renewal) is indexed
+        once a renewal makes it live: renewals fire no registry hook."""
+        now = now_ms()
+        for state in self.snapshot.all_agents():
+            if state.agent_id not in self.index and state.is_live(now):
+                self._dirty_agents.add(state.agent_id)
+        if self._dirty_agents:
+            self._wake.set()
+
     # --- the background loop ---------------------------------------------------------------
     async def _maintain(self) -> None:
         """Apply registry changes, write queued records, learn, refresh loads, refit."""
@@ -251,6 +261,7 @@ class IndexKeeper:
                 if time.monotonic() - last_stats >= STATS_REFRESH_S:
                     self._stats_due.clear()
                     self._refresh_stats()
+                    self._index_returned()
                     last_stats = time.monotonic()
                 elif self._stats_due:
                     self._refresh_stats(self._take_stats_due())
