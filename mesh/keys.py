@@ -210,3 +210,11 @@ class Keys:
     def side_effect(self, name: str) -> str:
         """Counter used by example agents and tests to count side effects."""
         return f"{self.prefix}:effect:{name}"
+
+    # --- example agents ----------------------------------------------------------------------
+    def demo(self, name: str) -> str:
+        """The example team's business data (`agents/_data.py`: ``demo:order:<id>``,
+        ``demo:parcel:<no>``, ``demo:refund:<order>``, ``demo:faq``...), seeded by
+        `mesh demo`: the application's own store, not the mesh's (a handler gets no Redis
+        client; the agents open their own). Under access control no role is granted it."""
+        return f"{self.prefix}:demo:{name}"
