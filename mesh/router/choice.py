@@ -99,11 +99,14 @@ class Chooser:
         return Plan(envelope, choice, ending, patient=patient)
 
     def _not_back(self, returned: Returned) -> Ending | None:
-        """A copy back at its deadline from the queue of an agent with no live instance:
-        it waited there for one, and none returned in time."""
-        if returned.reason != "expired" or self.deps.selector.is_live(returned.agent_id):
+        """A copy back at its deadline from the queue of an agent awaited (no live
+        instance, a recent lease): it waited there for one, and none returned in time."""
+        selector, agent_id = self.deps.selector, returned.agent_id
+        route = returned.original.route
+        waited = (route is not None and route.waiting_for_instance) or selector.awaited(agent_id)
+        if returned.reason != "expired" or not waited or selector.is_live(agent_id):
             return None
-        return no_instance_returned(returned.agent_id)
+        return no_instance_returned(agent_id)
 
 
 __all__ = ["Chooser"]
