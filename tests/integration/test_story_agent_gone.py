@@ -90,8 +90,9 @@ async def test_an_agent_gone_longer_than_the_window_is_unroutable_at_once(
         took = time.monotonic() - started
     assert result.status == "unroutable", result
     assert result.error is not None
-    # the ending's code and sentence belong to mesh.router.reasons: "no live instance" for
-    # an agent that matches but has none (the generic no_agent until that reason exists)
-    assert result.error.code in ("no_live_instance", "no_agent"), result.error
-    assert "no live" in result.error.message, result.error.message
+    # the code and sentence are mesh.router.reasons' (no_live_instance); "since" is when the
+    # instance deregistered (the snapshot's last_live_ms), a little over the window ago
+    assert result.error.code == "no_live_instance", result.error
+    assert f"agent {AGENT!r} matches the task but has no live instance" in result.error.message
+    assert "its last lease ended" in result.error.message, result.error.message
     assert took < 3.0, took  # answered at once, not after waiting
