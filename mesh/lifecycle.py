@@ -7,6 +7,7 @@ A component defines idempotent ``start()`` and ``close()``; inheriting `Lifecycl
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -43,4 +44,30 @@ class Lifecycle:
         await self.close()
 
 
-__all__ = ["Component", "Lifecycle"]
+class Stopper:
+    """The stop of started services: ``await stop()`` stops them (a worker drains, waiting
+    up to its grace for the tasks in flight); ``stop.hurry()`` (a second Ctrl-C) ends every
+    grace at once, what is still in flight handed back."""
+
+    def __init__(
+        self, stop: Callable[[], Awaitable[None]], hurry: Callable[[], None] | None = None
+    ) -> None:
+        self._stop = stop
+        self._hurry = hurry
+
+    async def __call__(self) -> None:
+        await self._stop()
+
+    def hurry(self) -> None:
+        if self._hurry is not None:
+            self._hurry()
+
+    @classmethod
+    def around(
+        cls, inner: Callable[[], Awaitable[None]], stop: Callable[[], Awaitable[None]]
+    ) -> Stopper:
+        """`stop`, hurried as `inner` is (`inner` a `Stopper` or a plain stop)."""
+        return cls(stop, inner.hurry if isinstance(inner, Stopper) else None)
+
+
+__all__ = ["Component", "Lifecycle", "Stopper"]

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.lifecycle import Component
+from mesh.lifecycle import Component, Stopper
 from mesh.metrics.core import Metrics
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
@@ -138,7 +138,8 @@ async def start_worker(
         agent, conn, instance_id=instance_id, membership=session, grace_s=grace_s, metrics=metrics
     )
     async with contextlib.AsyncExitStack() as stack:
-        # close() drains with grace_s: stop consuming, finish in-flight tasks, deregister
+        # close() drains with grace_s: stop consuming, finish in-flight tasks, hand the
+        # rest back to the agent's queue, deregister; hurry() ends the grace at once
         await _started(stack, runtime)
-        return stack.pop_all().aclose
+        return Stopper(stack.pop_all().aclose, runtime.hurry)
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises

@@ -17,6 +17,7 @@ from mesh.cli._broker import namespace_exists
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
+from mesh.lifecycle import Stopper
 from mesh.messaging import login_of
 from mesh.worker.agent import Agent
 
@@ -75,6 +76,11 @@ async def serve(settings: Settings, name: str, starter: Starter) -> int:
         print(f"{name} running ({where}); Ctrl-C to stop", flush=True)
         await stop_event.wait()
         logger.info("%s stopping", name)
+        if isinstance(stop, Stopper):
+            # a second Ctrl-C ends the grace: a worker hands back what is in flight
+            print(f"{name} stopping; Ctrl-C again to stop at once", flush=True)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.hurry)
         await stop()
         print(f"{name} stopped ({where})", flush=True)
     finally:

@@ -14,6 +14,7 @@ from mesh.cli.health import add_check_flag, probe
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.errors import ConfigError
+from mesh.lifecycle import Stopper
 from mesh.metrics.core import Metrics
 from mesh.metrics.http import serve_metrics
 from mesh.worker.agent import Agent
@@ -85,7 +86,7 @@ async def with_metrics(
         finally:
             await endpoint.close()
 
-    return stop_both
+    return Stopper.around(stop, stop_both)
 
 
 def _router(args: argparse.Namespace, settings: Settings) -> int:
@@ -137,6 +138,11 @@ async def start_workers(
         for stop in reversed(stops):
             await stop()
 
+    def hurry_all() -> None:
+        for stop in stops:
+            if isinstance(stop, Stopper):
+                stop.hurry()
+
     try:
         for agent in agents:
             stops.append(
@@ -148,7 +154,7 @@ async def start_workers(
         await stop_all()
         raise
     logger.info("hosting %d agent(s)", len(stops))
-    return stop_all
+    return Stopper(stop_all, hurry_all)
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:

@@ -10,6 +10,9 @@ applies ``agent.up`` (registration included: no Redis read), ``agent.down`` and 
 
 Reads are synchronous and decide liveness at read time from ``lease_expires_ms``: an
 instance whose lease has lapsed is never offered, even before its ``agent.down`` arrives.
+An agent whose every instance is down is still known (the registry keeps a down instance's
+record for an hour): `awaited` says whether its last lease ended within
+``agent_return_window_s``, so its tasks wait in its queue for a restart.
 (The lease end is by Redis' clock; the snapshot compares it with its own, so hosts must
 keep their clocks in sync, as NTP does.)
 
@@ -124,6 +127,13 @@ class AgentSnapshot(Lifecycle):
     def all_agents(self) -> list[AgentState]:
         return list(self._agents.values())
 
+    def awaited(self, agent_id: str, at_ms: int | None = None) -> bool:
+        """Has `agent_id` no live instance now but one whose lease ended within
+        ``agent_return_window_s`` (`AgentState.awaited`: its tasks wait for it)?"""
+        found = self._agents.get(agent_id)
+        window_ms = int(self.conn.settings.agent_return_window_s * 1000)
+        return found is not None and found.awaited(now_ms() if at_ms is None else at_ms, window_ms)
+
     # --- events ------------------------------------------------------------------------------
     async def _on_event(self, message: AbstractIncomingMessage) -> None:
         try:
@@ -167,7 +177,7 @@ class AgentSnapshot(Lifecycle):
         if agent is None or known is None or known.token > int(event.data["token"]):
             return
         agent.instances[known.instance_id] = replace(
-            known, status="down", down_reason=event.data.get("reason")
+            known, status="down", down_reason=event.data.get("reason"), down_ms=event.ts_ms
         )
         self._touched[known.instance_id] = time.monotonic()
         self._changed(agent.agent_id)

@@ -33,10 +33,20 @@ class InstanceState:
     stuck: int = 0
     version: str = ""
     down_reason: str | None = None
+    #: when the registry marked it down (epoch ms; 0: up, or not known)
+    down_ms: int = 0
 
     def is_live(self, now_ms: int) -> bool:
         """Up and its lease not lapsed at `now_ms` (the fencing rule, evaluated locally)."""
         return self.status == "up" and self.lease_expires_ms >= now_ms
+
+    @property
+    def lease_ended_ms(self) -> int:
+        """When its lease ended (or ends): the lease's end, or the moment it went down
+        when that was earlier (a deregistration ends the lease before its time)."""
+        if self.status != "up" and self.down_ms:
+            return min(self.lease_expires_ms, self.down_ms)
+        return self.lease_expires_ms
 
     def display_status(self, now_ms: int) -> str:
         """``idle``, ``busy``, ``stuck`` or ``down`` (a lapsed lease counts as down)."""
@@ -64,6 +74,7 @@ class InstanceState:
                 stuck=int(h.get("stuck", 0)),
                 version=h.get("version", ""),
                 down_reason=h.get("down_reason"),
+                down_ms=int(h.get("down_ms", 0)),
             )
         except (KeyError, ValueError):
             return None
@@ -82,6 +93,21 @@ class AgentState:
 
     def is_live(self, now_ms: int) -> bool:
         return any(i.is_live(now_ms) for i in self.instances.values())
+
+    def last_live_ms(self, now_ms: int) -> int | None:
+        """`now_ms` while an instance is live, else when the last lease ended (None: no
+        instance is known, or the registry forgot them, an hour after they went down)."""
+        if self.is_live(now_ms):
+            return now_ms
+        return max((i.lease_ended_ms for i in self.instances.values()), default=None)
+
+    def awaited(self, now_ms: int, window_ms: int) -> bool:
+        """No live instance, but a lease ended at most `window_ms` ago: a restart or a
+        deploy, whose tasks wait in the agent's queue for an instance to return."""
+        if window_ms <= 0 or self.registration is None or self.is_live(now_ms):
+            return False
+        last = self.last_live_ms(now_ms)
+        return last is not None and now_ms - last <= window_ms
 
     def load(self, now_ms: int) -> int:
         """Tasks in flight, summed over live instances."""

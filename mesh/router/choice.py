@@ -18,6 +18,7 @@ from mesh.router.reasons import (
     downstream_busy,
     ending_of,
     no_agent,
+    no_instance_returned,
     target_excluded,
     time_left_ms,
     unmatched,
@@ -40,7 +41,11 @@ class Chooser:
         if envelope.target is not None:
             if envelope.target in envelope.excluded_agents:
                 return target_excluded(envelope.target)
-            return RouteChoice(envelope.target, RouteInfo(strategy="target"))
+            # a target that is restarting: the task waits in its queue for an instance
+            waiting = self.deps.selector.awaited(envelope.target)
+            return RouteChoice(
+                envelope.target, RouteInfo(strategy="target", waiting_for_instance=waiting)
+            )
         found = await self.deps.selector.select(envelope)
         if isinstance(found, RouteChoice):
             return found
@@ -53,6 +58,8 @@ class Chooser:
 
     async def plan(self, envelope: TaskEnvelope, returned: Returned | None) -> Plan:
         ending = self.ending(envelope)
+        if ending is not None and returned is not None and ending.status == "expired":
+            ending = self._not_back(returned) or ending
         backlog = returned.backlog if returned is not None else None
         patient = backlog is not None and time_left_ms(envelope) > 0
         choice: RouteChoice | None = None
@@ -66,8 +73,11 @@ class Chooser:
             # the accept timeout is for agents that take no work; this one is live and
             # works through a backlog: back into its queue, waiting up to the deadline,
             # and it does not count as a reroute (another agent was tried first)
+            # (or one that is restarting: it waits there for an instance to return)
             original = returned.original
-            route = original.route or RouteInfo(strategy="target")
+            route = (original.route or RouteInfo(strategy="target")).model_copy(
+                update={"waiting_for_instance": not self.deps.selector.is_live(backlog)}
+            )
             return Plan(original, RouteChoice(backlog, route), None, patient=True)
         target = envelope.target
         if (
@@ -84,7 +94,19 @@ class Chooser:
             ending = missed or no_agent(envelope)
         if returned is not None:
             self.deps.hooks.rerouted(returned.agent_id, returned.reason)
-        return Plan(envelope, choice, ending)
+        # an agent that is restarting: the dispatch waits in its queue up to the deadline
+        patient = choice is not None and choice.route.waiting_for_instance
+        return Plan(envelope, choice, ending, patient=patient)
+
+    def _not_back(self, returned: Returned) -> Ending | None:
+        """A copy back at its deadline from the queue of an agent awaited (no live
+        instance, a recent lease): it waited there for one, and none returned in time."""
+        selector, agent_id = self.deps.selector, returned.agent_id
+        route = returned.original.route
+        waited = (route is not None and route.waiting_for_instance) or selector.awaited(agent_id)
+        if returned.reason != "expired" or not waited or selector.is_live(agent_id):
+            return None
+        return no_instance_returned(agent_id)
 
 
 __all__ = ["Chooser"]

@@ -67,7 +67,9 @@ class Dispatcher:
         hooks = deps.hooks
         while True:
             left = time_left_ms(envelope)
-            expiration = left if patient else min(deps.settings.accept_timeout_ms, left)
+            # a backlog, or an agent that is restarting: the copy waits up to the deadline
+            waits = patient or choice.route.waiting_for_instance
+            expiration = left if waits else min(deps.settings.accept_timeout_ms, left)
             key = deps.topology.agent_routing_key(choice.agent_id, envelope.priority)
             sent = envelope.model_copy(update={"route": _tagged(choice.route, deps.outcome_tag)})
             await deps.replies.dispatching(envelope, choice.agent_id)

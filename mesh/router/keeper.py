@@ -171,8 +171,12 @@ class IndexKeeper:
             if agent_id in self.index:
                 # keep the row (vectors are costly) but stop routing to it
                 self.index.set_stats(agent_id, AgentStats(status="down"))
-            return
+            if state is None or not self.snapshot.awaited(agent_id, now):
+                return
+            # restarting when this router started: its row is added, down (the selector
+            # offers it only as an agent awaited, `SemanticSelector.decide`)
         reg = state.registration
+        assert reg is not None
         signature = (
             reg.capability_text,
             tuple(reg.examples),

@@ -40,6 +40,11 @@ class Selector(Protocol):
         """Does `agent_id` hold a live lease (an instance that takes its queue)?"""
         ...
 
+    def awaited(self, agent_id: str) -> bool:
+        """Has `agent_id` no live instance, but one whose lease ended within
+        ``agent_return_window_s`` (a restart)? A task for it waits in its queue."""
+        ...
+
     async def admits(self, agent_id: str) -> bool:
         """May a task go to `agent_id` now (a target, a handoff)? False while its circuit
         breaker is open, this router's or another's."""
@@ -68,6 +73,9 @@ class NoSelector:
 
     def is_live(self, agent_id: str) -> bool:
         return False  # unknown without a snapshot: an expired dispatch is rerouted
+
+    def awaited(self, agent_id: str) -> bool:
+        return False  # unknown without a snapshot: a target's copy is sent again
 
     async def admits(self, agent_id: str) -> bool:
         return True  # no outcomes followed, no breakers

@@ -254,6 +254,19 @@ def unmatched(envelope: TaskEnvelope, miss: NoMatch | None, *, human_queue: str 
     return no_agents()
 
 
+def no_instance_returned(agent_id: str) -> Ending:
+    """The task waited in the queue of `agent_id`, which had no live instance (a restart
+    within ``agent_return_window_s``), and its deadline passed before one returned."""
+    return Ending(
+        "expired",
+        "expired",
+        "no_instance_returned",
+        f"the task's deadline passed while it waited in agent {agent_id!r}'s queue for an "
+        "instance to return; none did",
+        {"agent_id": agent_id},
+    )
+
+
 def downstream_busy(agent_id: str) -> Ending:
     """`agent_id`'s breaker is open: the caller is told at once, its deadline not spent, and
     nothing is dead-lettered (the task was never the mesh's to keep)."""
@@ -335,6 +348,7 @@ __all__ = [
     "no_agent",
     "no_agents",
     "no_fallback",
+    "no_instance_returned",
     "no_live_instance",
     "no_selector",
     "queued_for_human",

@@ -39,7 +39,8 @@ class Returned:
     #: the copy to route again: `agent_id` excluded (unless it is the target and the copy
     #: only expired), one reroute more
     envelope: TaskEnvelope
-    #: a live agent whose queue held the dispatch past the accept timeout (a backlog)
+    #: a live agent whose queue held the dispatch past the accept timeout (a backlog), or
+    #: one restarting (no live instance, a lease ended within ``agent_return_window_s``)
     backlog: str | None
 
 
@@ -55,7 +56,10 @@ class Returns:
         if agent_id is None or "x-death" not in headers:
             return None
         reason = death_reason(headers)
-        live = reason == "expired" and self.deps.selector.is_live(agent_id)
+        # nobody took it in time from a live agent's queue (a backlog), or from the queue of
+        # one that is restarting: it goes back there to wait (`Chooser.plan`)
+        selector = self.deps.selector
+        live = reason == "expired" and (selector.is_live(agent_id) or selector.awaited(agent_id))
         # a target is the only candidate: when nobody took it in time (a busy or
         # reconnecting worker) it is tried again; a rejection or a poison delivery
         # limit excludes it, like any other agent

@@ -196,12 +196,14 @@ def score(
     required_tags: Mapping[str, str] | None = None,
     rng: np.random.Generator | None = None,
     blocked: NDArray[np.bool_] | None = None,
+    routable: NDArray[np.bool_] | None = None,
 ) -> Decision:
     """Score every agent of `index` for the unit vector `query`; see the module docstring.
 
     `rng` drives exploration; without one no exploration happens. `blocked` marks rows
     that may not be chosen now (excluded, breaker open, lease lapsed): they count as
-    unavailable. Pure: the index is only read.
+    unavailable. `routable` marks the rows that may be chosen at all (default: the
+    index's routable rows, the live agents). Pure: the index is only read.
     """
     n = len(index)
     rank, sim = index.scores(query, query_text)
@@ -224,7 +226,7 @@ def score(
     code[(sim + kw) < weights.threshold] = 3
     if required_tags:
         code[~index.tag_mask(required_tags)] = 2
-    code[~index.routable] = 1
+    code[~(index.routable if routable is None else routable)] = 1
     if blocked is not None:
         code[blocked] = 1
 

@@ -3,9 +3,12 @@
 Choosing is a pure function of the index (`scoring.score` over `CapabilityIndex`): the
 task's capability text is embedded (LRU cache, micro-batches), every live agent is scored
 in one numpy pass, and the fallbacks of DESIGN section 6 follow: arbitration of near ties
-(in `scoring`), a call for bids when nothing clears the threshold, the fallback agent with
-`low_confidence`, or a `NoMatch` saying why nobody (`mesh.router.misses`): the router then
-hands the task to a person or dead-letters it as unroutable (`mesh.router.reasons`).
+(in `scoring`); when no live agent clears the threshold, the agents that are restarting
+(no live instance, a lease ended within ``agent_return_window_s``) scored alone, the
+chosen one's task waiting in its queue (``route.waiting_for_instance``); a call for bids
+when nothing clears the threshold, the fallback agent with `low_confidence`, or a
+`NoMatch` saying why nobody (`mesh.router.misses`): the router then hands the task to a
+person or dead-letters it as unroutable (`mesh.router.reasons`).
 
 `select` changes nothing; `dispatched` is the router's hook once a chosen dispatch was
 published and confirmed: only then does it count against the agent's breaker probe and
@@ -128,10 +131,11 @@ class SemanticSelector(Lifecycle):
         """
         query = await self.batcher.embed(capability)
         index = self.index
-        blocked = np.zeros(len(index), np.bool_)
+        refused = np.zeros(len(index), np.bool_)
         for agent_id in (*excluded, *self.breakers.blocked()):
             if agent_id in index:
-                blocked[index.row(agent_id)] = True
+                refused[index.row(agent_id)] = True
+        blocked = refused.copy()
         while True:
             decision = score(
                 index,
@@ -144,10 +148,39 @@ class SemanticSelector(Lifecycle):
             )
             chosen = decision.agent_id
             if chosen is None or self.keeper.is_live(chosen):
-                return decision
+                break
             # the index learns of a lapsed lease from an event; the snapshot knows it at
             # read time: never choose an agent whose every lease has lapsed
             blocked[index.row(chosen)] = True
+        if decision.agent_id is not None:
+            return decision
+        # no live agent qualifies: one that is restarting (`AgentSnapshot.awaited`) may,
+        # and its task waits in its queue; scored alone, so a live agent that clears the
+        # threshold always wins over it, and the decision explained is the live one's
+        awaited = self._awaited_rows()
+        if not awaited.any():
+            return decision
+        waiting = score(
+            index,
+            query,
+            self.weights,
+            query_text=capability,
+            required_tags=required_tags,
+            blocked=refused,
+            routable=awaited,
+        )
+        return decision if waiting.agent_id is None else waiting
+
+    def _awaited_rows(self) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        """Rows of the agents with no live instance whose last lease ended within
+        ``agent_return_window_s`` (a restart or a deploy under way)."""
+        rows = np.zeros(len(self.index), np.bool_)
+        now = now_ms()
+        window_ms = int(self.settings.agent_return_window_s * 1000)
+        for state in self.snapshot.all_agents():
+            if state.agent_id in self.index and state.awaited(now, window_ms):
+                rows[self.index.row(state.agent_id)] = True
+        return rows
 
     def miss(
         self, decision: Decision, required_tags: dict[str, str], excluded: list[str]
@@ -182,9 +215,7 @@ class SemanticSelector(Lifecycle):
     def last_live_ms(self, agent_id: str) -> int | None:
         """When `agent_id`'s last lease ended or ends (epoch ms; None: no instance known)."""
         state = self.snapshot.agent(agent_id)
-        if state is None or not state.instances:
-            return None
-        return max(i.lease_expires_ms for i in state.instances.values())
+        return None if state is None else state.last_live_ms(now_ms())
 
     async def select(self, envelope: TaskEnvelope) -> RouteChoice | NoMatch:
         decision = await self.decide(
@@ -198,12 +229,16 @@ class SemanticSelector(Lifecycle):
         }
         if decision.agent_id is not None:
             best = decision.candidate(self.index.row(decision.agent_id))
+            waiting = not self.keeper.is_live(decision.agent_id)
+            if waiting:
+                explain["waiting_for_instance"] = True
             return RouteChoice(
                 decision.agent_id,
                 RouteInfo(
                     strategy=_STRATEGIES[decision.strategy],
                     score=round(best.total, 4),
                     low_confidence=best.similarity < self.settings.low_confidence_threshold,
+                    waiting_for_instance=waiting,
                 ),
                 explain,
             )
@@ -287,6 +322,10 @@ class SemanticSelector(Lifecycle):
     def outcome_tag(self) -> str:
         """Outcomes of this router's dispatches come to its own queue, tagged with this."""
         return self.keeper.keeper_id
+
+    def awaited(self, agent_id: str) -> bool:
+        """No live instance, but a lease that ended within ``agent_return_window_s``."""
+        return self.snapshot.awaited(agent_id)
 
     def answers_bids(self, agent_id: str) -> bool:
         """Does `agent_id` answer calls for bids (its registration says so)?"""

@@ -54,6 +54,9 @@ class RouteInfo(WireModel):
     #: event with it as the routing key's last word, so only that router learns from it
     #: (the others get its counts in batches, ``route.counts``)
     router: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9-]+$")
+    #: the agent had no live instance when it was chosen, but had one recently
+    #: (``MESH_AGENT_RETURN_WINDOW_S``): the task waited in its queue for an instance
+    waiting_for_instance: bool = False
 
 
 class Result(WireModel):

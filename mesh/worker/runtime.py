@@ -7,7 +7,8 @@ min(deadline, max task lifetime) -> `Settler.settle` (fenced commit, replies, ac
 the `Settler` acks, nacks or republishes a delivery.
 
 Shutdown order (habit 10): stop consuming (heartbeats keep flowing) -> await in-flight
-tasks, cancel stragglers -> result write + ack under `shield` -> deregister -> close.
+tasks up to the grace (or a `hurry`) -> hand the rest back to the agent's own queue
+(handlers cancelled, claims released; `Settler.stopping`) -> deregister -> close.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from mesh.worker.middleware import (
 )
 from mesh.worker.outcome import Outcome
 from mesh.worker.settle import Settler
-from mesh.worker.watchdog import watched
+from mesh.worker.watchdog import CANCEL_GRACE_S, watched
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics
@@ -64,6 +65,9 @@ logger = logging.getLogger(__name__)
 #: a task whose handler froze here is handed on this many times before this instance
 #: runs it again (no other instance took it)
 FROZEN_PASSES = 3
+#: how long a drain whose grace is over waits for its handed-back tasks to settle (a
+#: cancelled handler gets `CANCEL_GRACE_S`, then the release and the republish)
+HAND_BACK_S = CANCEL_GRACE_S + 10.0
 #: a task whose handler ended this long ago and whose delivery is still not settled is
 #: reported stuck (heartbeats carry the count; `mesh agents` shows it)
 STUCK_AFTER_S = 30.0
@@ -160,6 +164,12 @@ class WorkerRuntime(Lifecycle):
         self.executed = 0
         #: deliveries received (runs, redeliveries, hand-backs: a storm shows here)
         self.deliveries = 0
+        #: set when the grace of a drain is over: what is in flight goes back to the queue
+        self._handing_back = asyncio.Event()
+        #: set by `hurry` (a second Ctrl-C): the drain's grace ends at once
+        self._hurried = asyncio.Event()
+        #: tasks this instance handed back to its agent's queue while stopping
+        self.handed_back = 0
 
     @property
     def completed(self) -> int:
@@ -315,6 +325,11 @@ class WorkerRuntime(Lifecycle):
                 pristine=_pristine(message, envelope),
             )
 
+        if self._handing_back.is_set():
+            # the worker stops: a delivery not started yet goes back unrun
+            await self.settler.hand_back(message, envelope, 0, marker=self.instance_id)
+            self.handed_back += 1
+            return
         if envelope.task_id in self._frozen and self._frozen[envelope.task_id] < FROZEN_PASSES:
             # it froze here: another instance should take it (after a few passes, this one)
             self._frozen[envelope.task_id] += 1
@@ -357,7 +372,15 @@ class WorkerRuntime(Lifecycle):
             takeover=claim.takeover,
             visits=claim.visits,
         )
-        outcome = await watched(run, self._execute, self.processing_timeout_s)
+        outcome = await watched(
+            run, self._execute, self.processing_timeout_s, stop=self._handing_back
+        )
+        if outcome is None and self._handing_back.is_set():
+            # the worker stops and its grace is over: back to this agent's own queue
+            await self.settler.stopping(message, envelope, holder)
+            self.handed_back += 1
+            self.hooks.annotate("handed_back", "worker_stopping")
+            return
         if outcome is None:  # frozen: the task goes to another instance
             self._frozen[envelope.task_id] = 0
             await self.settler.frozen(message, envelope, holder)
@@ -393,11 +416,24 @@ class WorkerRuntime(Lifecycle):
         async with asyncio.timeout(timeout):
             await self._idle.wait()
 
-    async def drain(self, grace_s: float | None = None) -> None:
-        """Stop taking tasks, finish (or cancel) in-flight ones, deregister, close.
+    def hurry(self) -> None:
+        """End a drain's grace now (a second Ctrl-C): what is in flight is handed back."""
+        if not self._hurried.is_set() and self._state == "closed" and self._tasks:
+            logger.warning(
+                "worker %s: stopping at once; handing %d task(s) back",
+                self.instance_id,
+                len(self._tasks),
+            )
+        self._hurried.set()
 
-        Waits `grace_s` (default: the runtime's `grace_s`) for in-flight tasks; safe to
-        call twice (the second call does nothing).
+    async def drain(self, grace_s: float | None = None) -> None:
+        """Stop taking tasks, finish in-flight ones, hand back the rest, deregister, close.
+
+        Waits `grace_s` (default: the runtime's `grace_s`) for in-flight tasks, or until
+        `hurry`; then their handlers are cancelled and their tasks handed back to this
+        agent's own queue (released claims: a late commit is refused), where another
+        instance, or this one restarted, takes them. Safe to call twice (the second call
+        does nothing).
         """
         if self._state == "closed":
             return
@@ -407,13 +443,41 @@ class WorkerRuntime(Lifecycle):
         for consumer in self._consumers:
             await consumer.stop()
         if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            logger.warning(
+                "worker %s draining: %d task(s) in flight, waiting up to %g s for them "
+                "(Ctrl-C again to stop at once); the rest go back to agent %s's queue",
+                self.instance_id,
+                len(self._tasks),
+                grace_s,
+                self.agent.agent_id,
+            )
+            await self._finish_or_hurry(grace_s)
+        if self._tasks:
+            self._handing_back.set()
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=HAND_BACK_S)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=5)
+            logger.warning(
+                "worker %s: %d task(s) handed back to agent %s's queue%s",
+                self.instance_id,
+                self.handed_back,
+                self.agent.agent_id,
+                f" ({len(pending)} left to the broker's redelivery)" if pending else "",
+            )
         await self.membership.stop()
         await self._release()
+
+    async def _finish_or_hurry(self, grace_s: float) -> None:
+        """Wait until no task is in flight, `grace_s` has passed, or `hurry` was called."""
+        hurried = asyncio.ensure_future(self._hurried.wait())
+        idle = asyncio.ensure_future(self._idle.wait())
+        try:
+            await asyncio.wait({hurried, idle}, timeout=grace_s, return_when="FIRST_COMPLETED")
+        finally:
+            hurried.cancel()
+            idle.cancel()
 
     async def close(self) -> None:
         """`drain` with the runtime's `grace_s`; idempotent."""

@@ -150,10 +150,22 @@ class Settler:
         """The handler made no progress for the processing timeout (`mesh.worker.watchdog`):
         the claim is released (the handler, should it wake, commits nothing and applies no
         effect) and the task handed back to the agent's queue for another instance."""
+        await self._give_back(message, envelope, holder, "frozen: processing timeout")
+
+    async def stopping(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: Holder
+    ) -> None:
+        """The worker stops and its grace is over (or a second Ctrl-C came): the handler was
+        cancelled, the claim is released (fencing keeps a late commit out) and the task goes
+        back to this agent's own queue, as a frozen one does: not to a router, which would
+        exclude the agent, but to wait for another instance or the restarted one."""
+        await self._give_back(message, envelope, holder, "handed back: the worker stopped")
+
+    async def _give_back(
+        self, message: AbstractIncomingMessage, envelope: TaskEnvelope, holder: Holder, note: str
+    ) -> None:
         deps = self.deps
-        await deps.store.release(
-            envelope.task_id, holder, by=deps.instance_id, note="frozen: processing timeout"
-        )
+        await deps.store.release(envelope.task_id, holder, by=deps.instance_id, note=note)
         await self.hand_back(message, envelope, 0, marker=deps.instance_id)
 
     async def broken(self, message: AbstractIncomingMessage, envelope: TaskEnvelope) -> None:

@@ -7,6 +7,8 @@ task of its own and watches its progress (`TaskContext.progress`): with no sign 
 not (it ignores it; it is left behind, its claim released, so neither its late commit nor
 its `apply_once` counts), the caller's task is not its any more: `watched` returns None
 and the runtime hands the task back to the agent's queue, where another instance takes it.
+A worker that stops and whose grace is over ends its handlers the same way (`stop`): their
+tasks go back to the agent's own queue, for another instance or the restarted one.
 """
 
 from __future__ import annotations
@@ -26,28 +28,43 @@ CANCEL_GRACE_S = 1.0
 
 
 async def watched(
-    run: TaskRun, execute: Callable[[TaskRun], Awaitable[Outcome]], timeout_s: float
+    run: TaskRun,
+    execute: Callable[[TaskRun], Awaitable[Outcome]],
+    timeout_s: float,
+    stop: asyncio.Event | None = None,
 ) -> Outcome | None:
-    """`execute(run)`, or None when it made no progress for `timeout_s` (frozen)."""
+    """`execute(run)`, or None when it made no progress for `timeout_s` (frozen) or when
+    `stop` was set first (the worker stops and its grace is over: the task goes back)."""
     runner = asyncio.ensure_future(execute(run))
+    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
+    watching = {runner} if stopping is None else {runner, stopping}
     try:
         while True:
             left = run.ctx.last_progress + timeout_s - time.monotonic()
-            if left > 0:
-                done, _ = await asyncio.wait({runner}, timeout=left)
-                if done:
-                    return runner.result()
-                continue
-            break
+            if left <= 0:
+                break
+            done, _ = await asyncio.wait(
+                watching, timeout=left, return_when=asyncio.FIRST_COMPLETED
+            )
+            if runner in done:
+                return runner.result()
+            if stopping is not None and stopping in done:
+                break
     except asyncio.CancelledError:
         runner.cancel()
         raise
-    logger.warning(
-        "task_id=%s: no progress for processing_timeout_s=%g; cancelling the handler and "
-        "handing the task back",
-        run.task_id,
-        timeout_s,
-    )
+    finally:
+        if stopping is not None:
+            stopping.cancel()
+    if stop is not None and stop.is_set():
+        logger.info("task_id=%s: the worker stops; cancelling the handler", run.task_id)
+    else:
+        logger.warning(
+            "task_id=%s: no progress for processing_timeout_s=%g; cancelling the handler "
+            "and handing the task back",
+            run.task_id,
+            timeout_s,
+        )
     runner.cancel()
     done, _ = await asyncio.wait({runner}, timeout=CANCEL_GRACE_S)
     if not done:

@@ -38,6 +38,9 @@ class OrderedSelector:
     def is_live(self, agent_id: str) -> bool:
         return agent_id in self.live
 
+    def awaited(self, agent_id: str) -> bool:
+        return agent_id in self.awaiting
+
     async def admits(self, agent_id: str) -> bool:
         return True
 
@@ -48,6 +51,8 @@ class OrderedSelector:
     live: frozenset[str] = frozenset()
     #: it learns from no outcome: its dispatches carry no router tag
     outcome_tag: str | None = None
+    #: agents it reports restarting (no live instance, a lease ended recently)
+    awaiting: frozenset[str] = frozenset()
 
 
 async def declare_idle_agents(conn: MeshConnection, *agent_ids: str) -> None:

@@ -105,3 +105,33 @@ def test_agents_table() -> None:
     assert text.splitlines()[0].split()[:3] == ["AGENT", "INSTANCE", "STATUS"]
     assert "1/4" in text
     assert render_table([]) == "no agents registered"
+
+
+def test_an_agent_whose_last_lease_ended_within_the_window_is_awaited() -> None:
+    reg = Registration(agent_id="a", instance_id="i1", capability_text="x")
+    # deregistered at 1_500, before its lease's end: the lease ended then
+    gone = InstanceState("i1", "a", 1, "down", 2_000, down_ms=1_500)
+    lapsed = InstanceState("i2", "a", 1, "up", 1_200)  # lapsed, no agent.down yet
+    agent = AgentState("a", reg, {"i1": gone, "i2": lapsed})
+    assert gone.lease_ended_ms == 1_500 and lapsed.lease_ended_ms == 1_200
+    assert agent.last_live_ms(3_000) == 1_500
+    assert agent.awaited(3_000, window_ms=1_500)
+    assert not agent.awaited(3_001, window_ms=1_500)  # gone longer than the window
+    assert not agent.awaited(3_000, window_ms=0)  # the window off
+    live = AgentState("a", reg, {"i3": inst("i3", expires=5_000)})
+    assert live.last_live_ms(3_000) == 3_000 and not live.awaited(3_000, window_ms=1_500)
+    assert AgentState("a", reg).last_live_ms(3_000) is None  # no instance known
+    assert not AgentState("a", None, {"i1": gone}).awaited(1_600, window_ms=1_500)
+
+
+def test_down_ms_is_read_from_the_instance_hash() -> None:
+    raw = {
+        b"instance_id": b"i1",
+        b"agent_id": b"a",
+        b"token": b"3",
+        b"status": b"down",
+        b"lease_expires_ms": b"9000",
+        b"down_ms": b"7000",
+    }
+    parsed = InstanceState.from_hash(raw)
+    assert parsed is not None and parsed.down_ms == 7_000 and parsed.lease_ended_ms == 7_000

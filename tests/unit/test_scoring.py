@@ -57,6 +57,18 @@ def test_filters_status_and_tags() -> None:
     assert decision.candidate(index.row("b")).filtered == "tags"
 
 
+def test_routable_rows_replace_the_live_ones() -> None:
+    """The selector's second pass: only the agents awaited (down, restarting) may win."""
+    index = make(a=AgentStats(status="down"))
+    awaited = np.zeros(len(index), np.bool_)
+    awaited[index.row("a")] = True
+    decision = score(index, vec(1, 0), W, routable=awaited)
+    assert decision.agent_id == "a"
+    assert decision.candidate(index.row("b")).filtered == "unavailable"
+    blocked = awaited.copy()
+    assert score(index, vec(1, 0), W, routable=awaited, blocked=blocked).agent_id is None
+
+
 def test_keyword_boost_can_lift_over_threshold() -> None:
     index = CapabilityIndex(DIM)
     index.add("k", vec(0, 1), vec(0, 1)[None, :], keywords=["refund"])
