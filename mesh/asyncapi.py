@@ -27,7 +27,7 @@ import orjson
 
 from mesh import redis_contract
 from mesh.client import REPLY_QUEUE_EXPIRES_MS
-from mesh.config import Settings
+from mesh.config import Settings, mask_url_safe
 from mesh.contract import TABLE, Row
 from mesh.dispatch.states import STATES
 from mesh.distribution import installed_version
@@ -75,11 +75,17 @@ DELAY = "{delay}"
 BAND = "{band}"
 REASON = "{reason}"
 EVENT_TYPE = "{eventType}"
+USER = "{user}"
+OBSERVER = "{observerName}"
+TAIL = "{tailId}"
 
 PARAMETER_DOCS: dict[str, str] = {
     "agentId": "a logical agent's id (`[A-Za-z0-9_.:@-]{1,128}`); its instances share its queue",
     "instanceId": "one worker process of an agent (under access control it starts `<agentId>-`)",
-    "clientId": "the queue id of one MeshClient (random per client)",
+    "clientId": "the id of one MeshClient (random per client; a worker's: its instance id)",
+    "user": "the AMQP user the process logs in as (MESH_AMQP_URL's; guest without one)",
+    "observerName": "the observer's name (MESH_OBSERVER_NAME; its instances share the queue)",
+    "tailId": "the random id of one `mesh events` tail",
     "collectorId": "the random id of one router's bid collector",
     "snapshotId": "the random id of one agent snapshot (a router's or `mesh agents`' feed)",
     "routerId": "the random id of one router's selector",
@@ -403,11 +409,13 @@ class _Builder:
 def _short(topology: Topology, name: str) -> str:
     """A channel id for a queue: its name without the namespace, parameters dropped."""
     short = name[len(topology.namespace) + 1 :]
-    return "queue." + ".".join(p for p in short.split(".") if not _PARAM.fullmatch(p))
+    parts = (_PARAM.sub("", p).strip("-") for p in short.split("."))
+    return "queue." + ".".join(p for p in parts if p)
 
 
-def channels(topology: Topology) -> dict[str, Any]:
-    """Every exchange (one channel per routing-key family) and queue of the namespace."""
+def channels(topology: Topology, observer_max_length: int | None = None) -> dict[str, Any]:
+    """Every exchange (one channel per routing-key family) and queue of the namespace
+    (the observer's bounded by `observer_max_length`: the setting's default without it)."""
     t = topology
     b = _Builder(t)
     dispatch_key = t.agent_routing_key(AGENT)
@@ -417,7 +425,7 @@ def channels(topology: Topology) -> dict[str, Any]:
     retry_key = f"{DELAY}.{dispatch_key}"
     dead_key = t.dead_key(DEAD_REASONS[0]).rsplit(".", 1)[0] + "." + REASON
     session_key = t.session_key(AGENT, INSTANCE)
-    reply_queue = t.reply_queue(CLIENT)
+    reply_queue = t.reply_queue(f"{USER}.{CLIENT}")
     reply_key = t.reply_key(reply_queue) or ""
 
     # exchanges
@@ -610,23 +618,29 @@ def channels(topology: Topology) -> dict[str, Any]:
         )
 
     # queues the components declare for themselves (not in the specs)
-    for spec, doc, msgs in _runtime_queues(t):
+    if observer_max_length is None:
+        observer_max_length = _default("observer_queue_max_length")
+    for spec, doc, msgs in _runtime_queues(t, observer_max_length):
         for q in spec.queues:
             b.queue(_short(t, q.name), q, spec.bindings, doc, msgs)
     return b.channels
 
 
-def _runtime_queues(t: Topology) -> list[tuple[TopologySpec, str, list[str]]]:
+def _runtime_queues(
+    t: Topology, observer_max_length: int
+) -> list[tuple[TopologySpec, str, list[str]]]:
     """The queues components declare themselves, as `mesh/client.py`, `registry/session.py`,
-    `router/bids.py`, `registry/snapshot.py` and `router/keeper.py` do."""
+    `router/bids.py`, `registry/snapshot.py`, `router/keeper.py`, `observer/feed.py` and
+    `cli/events.py` do (every ``declare_queue`` outside `mesh/topology.py`)."""
     reply_args: dict[str, Any] = {"x-expires": REPLY_QUEUE_EXPIRES_MS}
     if t.queue_type == "quorum":
         reply_args["x-queue-type"] = "quorum"
-    reply = t.reply_queue(CLIENT)
+    reply = t.reply_queue(f"{USER}.{CLIENT}")
     session = t.session_queue(INSTANCE)
     bids = t.bid_queue(COLLECTOR)
     snapshot = t.snapshot_queue(SNAPSHOT)
     selector = t.selector_queue(ROUTER)
+    tail = t.events_queue(USER, TAIL)
 
     def temp(name: str) -> QueueSpec:
         return QueueSpec(name, durable=False, exclusive=True, auto_delete=True)
@@ -675,6 +689,21 @@ def _runtime_queues(t: Topology) -> list[tuple[TopologySpec, str, list[str]]]:
             "One router's outcome and learning events: the outcomes of its own dispatches "
             "(a worker publishes ``task.<state>.<route.router>``), the untagged ones, and "
             "what the other routers learned and counted.",
+            ["event"],
+        ),
+        (
+            t.observer_spec(USER, OBSERVER, observer_max_length),
+            "The observer's events (`mesh observer`; durable, bounded: when it is behind, "
+            "the oldest go first). Under access control without "
+            "MESH_OBSERVER_READS_REQUESTS it binds only the events without request texts.",
+            ["event"],
+        ),
+        (
+            TopologySpec(
+                queues=(temp(tail),),
+                bindings=(BindingSpec(t.events, tail, "#"),),
+            ),
+            "One `mesh events` tail, bound with each --filter pattern (default `#`).",
             ["event"],
         ),
     ]
@@ -752,23 +781,49 @@ def _topology(source: Settings | Topology) -> Topology:
     return source if isinstance(source, Topology) else Topology.from_settings(source)
 
 
-def server() -> dict[str, Any]:
-    """The default broker (`Settings.amqp_url`'s default), without its credentials."""
-    url = urlsplit(Settings.model_fields["amqp_url"].default.get_secret_value())
-    host = url.hostname or "127.0.0.1"
+def _default(field: str) -> Any:
+    """A setting's default (a bare `Topology` documents the default settings, whatever the
+    environment says)."""
+    return Settings.model_fields[field].default
+
+
+def server(url: str, description: str) -> dict[str, Any]:
+    """The AsyncAPI server of one broker URL: host, port and vhost, no credentials."""
+    # split the masked URL: a password with an unencoded ``/`` would end up in the path
+    parts = urlsplit(mask_url_safe(url))
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (5671 if parts.scheme == "amqps" else 5672)
     return {
-        "host": f"{host}:{url.port or 5672}",
-        "pathname": url.path or "/",
-        "protocol": url.scheme,
+        "host": f"{host}:{port}",
+        "pathname": parts.path if len(parts.path) > 1 else "/",
+        "protocol": parts.scheme or "amqp",
         "protocolVersion": "0.9.1",
-        "description": "RabbitMQ (MESH_AMQP_URL; its default shown, credentials left out).",
+        "description": description,
     }
 
 
+def servers(settings: Settings | None) -> dict[str, Any]:
+    """The configured broker's nodes (``MESH_AMQP_URL``), credentials masked; without
+    `settings`, the default URL's."""
+    if settings is None:
+        urls = [_default("amqp_url").get_secret_value()]
+    else:
+        urls = [u.get_secret_value() for u in settings.amqp_urls]
+    out: dict[str, Any] = {}
+    for i, url in enumerate(urls):
+        node = f" (node {i + 1} of {len(urls)})" if len(urls) > 1 else ""
+        out["amqp" if i == 0 else f"amqp{i + 1}"] = server(
+            url, f"RabbitMQ{node}: {mask_url_safe(url)} (MESH_AMQP_URL)."
+        )
+    return out
+
+
 def document(source: Settings | Topology) -> dict[str, Any]:
-    """The AsyncAPI 3.0.0 document of `source`'s namespace."""
+    """The AsyncAPI 3.0.0 document of `source`'s namespace: with `Settings`, of its broker
+    too (a `Topology` is documented with the default settings)."""
     topology = _topology(source)
-    chans = channels(topology)
+    settings = source if isinstance(source, Settings) else None
+    chans = channels(topology, settings.observer_queue_max_length if settings else None)
     return {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {
@@ -780,7 +835,7 @@ def document(source: Settings | Topology) -> dict[str, Any]:
             "license": {"name": "Apache-2.0"},
         },
         "defaultContentType": "application/json",
-        "servers": {"amqp": server()},
+        "servers": servers(settings),
         "channels": chans,
         "operations": operations(topology, chans),
         "components": {

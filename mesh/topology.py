@@ -352,6 +352,10 @@ class Topology:
         """Durable queue of the observers named `name` (`Settings.observer_name`)."""
         return f"{self.observer_queue_prefix(user)}{name}"
 
+    def events_queue(self, user: str, tail_id: str) -> str:
+        """Exclusive queue of one `mesh events` tail: an observer queue of `user`'s."""
+        return self.observer_queue(user, f"events-{tail_id}")
+
     def observer_spec(
         self, user: str, name: str, max_length: int, keys: Sequence[str] = ALL_EVENTS
     ) -> TopologySpec:

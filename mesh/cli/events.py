@@ -1,6 +1,7 @@
 """`mesh events`: a live tail of the events exchange (decisions, task states, agents, alerts).
 
-It binds an exclusive, auto-delete queue of its own (``<ns>.observer.events-<id>``) to
+It binds an exclusive, auto-delete queue of its own (`Topology.events_queue`:
+``<ns>.observer.<user>.events-<id>``, an observer queue of its AMQP user's) to
 ``<ns>.events`` with each ``--filter`` pattern (AMQP topic patterns: ``task.*``,
 ``route.decision``, ``#``) and prints one line per event until Ctrl-C, or until
 ``--count`` events were printed. ``--json`` prints each event as it travelled.
@@ -18,6 +19,7 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.config import Settings
 from mesh.connection import connect
+from mesh.messaging import login_of
 from mesh.schemas import Event, InvalidEnvelope, decode, encode, new_id
 from mesh.topology import event_type_bindings
 from mesh.wire import NoAck, Subscriber
@@ -80,7 +82,7 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
 
             async def declare(channel: AbstractChannel) -> AbstractQueue:
                 queue = await channel.declare_queue(
-                    f"{topology.namespace}.observer.events-{new_id()[:8]}",
+                    topology.events_queue(login_of(settings), new_id()[:8]),
                     exclusive=True,
                     auto_delete=True,
                 )

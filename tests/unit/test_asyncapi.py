@@ -111,7 +111,9 @@ def test_header_info_and_server(doc: dict[str, Any]) -> None:
     server = doc["servers"]["amqp"]
     assert server["protocol"] == "amqp" and server["protocolVersion"] == "0.9.1"
     assert server["host"] == "127.0.0.1:5672"
-    assert "guest" not in orjson.dumps(server).decode()
+    # the user is shown (as aio-pika's masking does), never the password
+    assert "guest:******@" in server["description"]
+    assert "guest:guest" not in orjson.dumps(server).decode()
 
 
 def test_every_channel_has_an_address_and_amqp_bindings(doc: dict[str, Any]) -> None:
@@ -221,10 +223,88 @@ def test_channels_cover_every_exchange_queue_and_binding(
     # the queues components declare themselves are there too
     for name in (
         topology.session_queue(INSTANCE),
-        topology.reply_queue("{clientId}"),
+        topology.reply_queue("{user}.{clientId}"),
         topology.bid_queue("{collectorId}"),
+        topology.observer_queue("{user}", "{observerName}"),
+        topology.events_queue("{user}", "{tailId}"),
     ):
         assert name in by_queue
+
+
+#: the Topology builder each ``declare_queue`` site outside mesh/topology.py names its
+#: queue with, and the builder's arguments as the document's parameters
+DECLARED_BY: dict[str, tuple[str, ...]] = {
+    "reply_queue": ("{user}.{clientId}",),
+    "session_queue": ("{instanceId}",),
+    "bid_queue": ("{collectorId}",),
+    "snapshot_queue": ("{snapshotId}",),
+    "selector_queue": ("{routerId}",),
+    "events_queue": ("{user}", "{tailId}"),
+}
+_DECLARE = re.compile(r"declare_queue\((?P<args>[^)]*)", re.DOTALL)
+_BUILDER = re.compile(r"topo(?:logy)?\.(?P<name>[a-z_]+_queue)\(")
+
+
+def test_every_queue_a_process_declares_is_documented(
+    topology: Topology, doc: dict[str, Any]
+) -> None:
+    package = Path(__file__).resolve().parents[2] / "mesh"
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        if path.name == "topology.py":
+            continue
+        for call in _DECLARE.finditer(path.read_text()):
+            if "passive=True" in call["args"]:
+                continue  # a look at a queue of the topology, not a declaration
+            builder = _BUILDER.search(call["args"])
+            assert builder is not None, f"{path}: a queue not named by Topology"
+            found.add(builder["name"])
+    assert found == set(DECLARED_BY), "a new declare site: add its queue to mesh/asyncapi.py"
+    addresses = {c["address"] for c in doc["channels"].values()}
+    for name, args in DECLARED_BY.items():
+        assert getattr(topology, name)(*args) in addresses, name
+
+
+def test_queue_addresses_are_the_names_processes_really_use(
+    topology: Topology, doc: dict[str, Any]
+) -> None:
+    channels = doc["channels"]
+    # a MeshClient's queue is ``<ns>.reply.<login>.<client id>`` (MeshClient.queue_id)
+    reply = substitute(channels["queue.reply"]["address"], user="web", clientId="c1")
+    assert reply == topology.reply_queue("web.c1")
+    key = substitute(channels["exchange.replies"]["address"], user="web", clientId="c1")
+    assert key == topology.reply_key(reply)
+    assert substitute(channels["queue.observer"]["address"], user="obs", observerName="main") == (
+        f"{topology.namespace}.observer.obs.main"
+    )
+    observer = channels["queue.observer"]["bindings"]["amqp"]["x-arguments"]
+    assert observer["x-max-length"] == Settings.model_fields["observer_queue_max_length"].default
+    assert observer["x-overflow"] == "drop-head"
+    tail = substitute(channels["queue.observer.events"]["address"], user="obs", tailId="ab12")
+    assert tail == f"{topology.namespace}.observer.obs.events-ab12"
+    # an observer role may declare every queue under its prefix: the tail is one of them
+    assert tail.startswith(topology.observer_queue_prefix("obs"))
+
+
+def test_servers_are_the_configured_broker_with_credentials_masked() -> None:
+    settings = Settings(
+        namespace="acme",
+        amqp_url="amqps://bob:s3cret@rabbit-1.example/prod,amqp://bob:s3cret@rabbit-2:5673/prod",
+        observer_queue_max_length=500,
+    )
+    doc = document(settings)
+    servers = doc["servers"]
+    assert list(servers) == ["amqp", "amqp2"]
+    assert servers["amqp"]["host"] == "rabbit-1.example:5671"
+    assert servers["amqp"]["protocol"] == "amqps" and servers["amqp"]["pathname"] == "/prod"
+    assert servers["amqp2"]["host"] == "rabbit-2:5673"
+    assert "amqps://bob:******@rabbit-1.example/prod" in servers["amqp"]["description"]
+    assert "s3cret" not in orjson.dumps(doc).decode()
+    assert "acme.ingress" in {c["address"] for c in doc["channels"].values()} | {
+        c["bindings"]["amqp"].get("exchange", {}).get("name") for c in doc["channels"].values()
+    }
+    observer = doc["channels"]["queue.observer"]["bindings"]["amqp"]["x-arguments"]
+    assert observer["x-max-length"] == 500
 
 
 def test_parameters_give_the_real_names_and_keys(topology: Topology, doc: dict[str, Any]) -> None:
