@@ -101,7 +101,7 @@ class RouterWatch:
         if channel is None or channel.is_closed:
             channel = self._channel = await self.conn.channel(confirms=False)
         try:
-            queue = await _passive(channel, self.queue)
+            queue = await passive_queue(channel, self.queue)
         except aio_pika.exceptions.ChannelNotFoundEntity:
             # the 404 closed the channel; the next read opens another
             return RouterQueue(0, 0)
@@ -117,7 +117,9 @@ class RouterWatch:
                 logger.debug("router watch channel already gone")
 
 
-async def _passive(channel: AbstractChannel, name: str) -> AbstractQueue:
+async def passive_queue(channel: AbstractChannel, name: str) -> AbstractQueue:
+    """A passive declare of queue `name`, asked of the broker (its counts are of now);
+    raises `aio_pika.exceptions.ChannelNotFoundEntity` (closing `channel`) when missing."""
     # a robust channel answers a passive declare of a name it restores from memory, with
     # the count of then: robust=False makes every declare a question to the broker
     if isinstance(channel, AbstractRobustChannel):
@@ -125,4 +127,4 @@ async def _passive(channel: AbstractChannel, name: str) -> AbstractQueue:
     return await channel.declare_queue(name, passive=True)
 
 
-__all__ = ["ROUTER_CHECK_TTL_S", "RouterQueue", "RouterWatch"]
+__all__ = ["ROUTER_CHECK_TTL_S", "RouterQueue", "RouterWatch", "passive_queue"]

@@ -2,11 +2,15 @@
 
 Exit 0 and one line when the role is served, 1 and one sentence saying what is wrong:
 
-- ``router`` / ``registry``: the broker and Redis answer and the role's queue has at least
-  one consumer (the management API counts them);
+- ``router`` / ``registry``: the broker and Redis answer, the namespace's topology is on
+  the broker and the role's queue has at least one consumer;
 - ``worker AGENT [--instance ID]``: the agent's queue(s) have a consumer and the registry
   holds a live lease for it (that instance, with ``--instance``) whose tasks are not stuck
   (``stuck`` in its heartbeats: handlers ended long ago, deliveries still unsettled).
+
+Everything is asked of the broker by passive declares (as `mesh request` looks for a
+router): the answer is of now, where the management API's consumer counts lag its stats
+interval by seconds. No management plugin and no configure permission are needed.
 """
 
 from __future__ import annotations
@@ -16,14 +20,17 @@ import asyncio
 import sys
 from typing import Any
 
-from mesh.access.roles import vhost_of
+from aio_pika.abc import AbstractChannel
+from aio_pika.exceptions import ChannelNotFoundEntity
+
 from mesh.cli._args import UsageError
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
-from mesh.errors import MeshError, Unhealthy
-from mesh.management import Management
+from mesh.errors import Unhealthy
 from mesh.registry.state import load_state
+from mesh.router_watch import passive_queue
 from mesh.schemas import now_ms
+from mesh.topology import Topology
 
 
 def register(sub: Any) -> None:
@@ -76,17 +83,21 @@ def probe(settings: Settings, role: str, agents: list[str], instance: str | None
 async def check(conn: MeshConnection, role: str, agent: str | None, instance: str | None) -> str:
     """A sentence saying the role is served; raises `Unhealthy` saying why not."""
     topology = conn.topology
-    # the queues live in the vhost MESH_AMQP_URL opens, not necessarily ``/``
-    management = Management(conn.settings, vhost_of(conn.settings))
-    if role in ("router", "registry"):
-        name = topology.router_queue if role == "router" else topology.registry
-        consumers = await _consumers(management, name)
-        if not consumers:
-            raise Unhealthy(f"no {role} consumes {name}")
-        return f"{consumers} consumer(s) on {name}"
-    assert agent is not None
-    queues = [name for name, _ in topology.agent_queues(agent)]
-    counts = [await _consumers(management, name) for name in queues]
+    channel = await conn.channel(confirms=False)
+    try:
+        await _topology_present(channel, topology)
+        if role in ("router", "registry"):
+            name = topology.router_queue if role == "router" else topology.registry
+            consumers = await _consumers(channel, name)
+            if not consumers:
+                raise Unhealthy(f"no {role} consumes {name}")
+            return f"{consumers} consumer(s) on {name}"
+        assert agent is not None
+        queues = [name for name, _ in topology.agent_queues(agent)]
+        counts = [await _consumers(channel, name) for name in queues]
+    finally:
+        if not channel.is_closed:
+            await channel.close()
     if not any(counts):
         raise Unhealthy(f"no worker consumes {', '.join(queues)}")
     state = await load_state(conn.redis, conn.keys, prune=False)
@@ -103,12 +114,27 @@ async def check(conn: MeshConnection, role: str, agent: str | None, instance: st
     return f"{len(live)} live instance(s) of {agent}, {max(counts)} consumer(s)"
 
 
-async def _consumers(management: Management, queue: str) -> int:
+async def _topology_present(channel: AbstractChannel, topology: Topology) -> None:
+    """Every exchange and queue of the namespace is on the broker (passive declares)."""
+    spec = topology.static_spec()
     try:
-        found = await asyncio.to_thread(management.queue, queue)
-    except MeshError as exc:
-        raise Unhealthy(f"queue {queue} cannot be read ({exc})") from None
-    return int(found.get("consumers", 0) or 0)
+        for ex in spec.exchanges:
+            await channel.declare_exchange(ex.name, passive=True)
+    except ChannelNotFoundEntity:
+        raise Unhealthy(
+            f"exchange {ex.name} is not on the broker: namespace {topology.namespace!r} has "
+            f"no topology (`{topology.apply_hint(spec)}` creates it)"
+        ) from None
+    for q in spec.queues:
+        await _consumers(channel, q.name)
+
+
+async def _consumers(channel: AbstractChannel, queue: str) -> int:
+    try:
+        found = await passive_queue(channel, queue)
+    except ChannelNotFoundEntity:
+        raise Unhealthy(f"queue {queue} is not on the broker") from None
+    return int(found.declaration_result.consumer_count or 0)
 
 
 __all__ = ["check"]
