@@ -1,7 +1,10 @@
 """Agent-Reach: a message-queue native worker mesh for AI agents, on RabbitMQ.
 
-The public API is this list; everything else may change.
+The public API is this list; everything else may change. `Observer` is imported when first
+used: it shares the router's outcome tables, and a worker process loads no router module.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from mesh.client import MeshClient
 from mesh.config import Settings
@@ -25,13 +28,25 @@ from mesh.errors import (
     StaleFencingToken,
     UnknownTask,
 )
-from mesh.observer import Observer
 from mesh.topology import Topology
 from mesh.worker.agent import Agent
 from mesh.worker.context import TaskContext
 from mesh.worker.middleware import TaskRun, WorkerMiddleware
 from mesh.worker.outcome import Outcome
 from mesh.worker.runtime import WorkerRuntime
+
+if TYPE_CHECKING:
+    from mesh.observer import Observer
+
+
+def __getattr__(name: str) -> Any:
+    """The lazy exports (`Observer`)."""
+    if name == "Observer":
+        from mesh.observer import Observer
+
+        return Observer
+    raise AttributeError(f"module 'mesh' has no attribute {name!r}")
+
 
 __all__ = [
     "Agent",

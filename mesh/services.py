@@ -4,6 +4,10 @@ Each ``start_*`` returns the coroutine function that stops what it started, in r
 order: every component is started on a `contextlib.AsyncExitStack` (``start()``, then its
 ``close()`` pushed), so a failure half-way closes what was already running, and the stop
 unwinds the stack.
+
+The router's modules (and numpy, which only the `router` extra installs) are imported by
+the functions that start a router: a worker or registry process never loads them
+(`tests/integration/test_worker_without_numpy.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from mesh.config import Settings
 from mesh.connection import MeshConnection
@@ -20,13 +24,13 @@ from mesh.metrics.core import Metrics
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.snapshot import AgentSnapshot
-from mesh.router.embedding import Embedder, build_embedder
-from mesh.router.selector import SemanticSelector
-from mesh.router.service import RouterService
-from mesh.router.threads import limit_blas_threads
 from mesh.schemas import new_id
 from mesh.worker.agent import Agent
 from mesh.worker.runtime import WorkerRuntime
+
+if TYPE_CHECKING:
+    from mesh.router.embedding import Embedder
+    from mesh.router.selector import SemanticSelector
 
 Stop = Callable[[], Awaitable[None]]
 C = TypeVar("C", bound=Component)
@@ -34,6 +38,9 @@ C = TypeVar("C", bound=Component)
 
 async def start_embedder(settings: Settings) -> Embedder:
     """The configured embedder, loaded (off the event loop: it may convert the model once)."""
+    from mesh.router.embedding import build_embedder
+    from mesh.router.threads import limit_blas_threads
+
     limit_blas_threads(settings.blas_threads)
     embedder = build_embedder(settings)
     await asyncio.to_thread(embedder.start)
@@ -51,6 +58,8 @@ async def build_selector(
     conn: MeshConnection, embedder: Embedder | None = None
 ) -> tuple[SemanticSelector, Stop]:
     """A started semantic selector over a live agent snapshot (also used by `mesh explain`)."""
+    from mesh.router.selector import SemanticSelector
+
     embedder = embedder or await start_embedder(conn.settings)
     async with contextlib.AsyncExitStack() as stack:
         snapshot = await _started(stack, AgentSnapshot(conn))
@@ -70,6 +79,8 @@ async def start_router(
 
     With `metrics`, it records into them (`mesh.metrics`).
     """
+    from mesh.router.service import RouterService
+
     if not semantic:
         async with contextlib.AsyncExitStack() as stack:
             await _started(stack, RouterService(conn, metrics=metrics))
@@ -82,6 +93,8 @@ async def start_semantic_router(
     conn: MeshConnection, embedder: Embedder | None = None, *, metrics: Metrics | None = None
 ) -> tuple[SemanticSelector, Stop]:
     """A router with its semantic selector; stops the router first, then the selector."""
+    from mesh.router.service import RouterService
+
     async with contextlib.AsyncExitStack() as stack:
         selector, stop_selector = await build_selector(conn, embedder)
         stack.push_async_callback(stop_selector)

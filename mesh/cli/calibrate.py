@@ -17,25 +17,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesh.cli._args import require_router_stack
 from mesh.config import Settings
 from mesh.errors import CalibrationDataError
-from mesh.router.calibrate import (
-    CalibrationReport,
-    load_agents,
-    load_labelled,
-    run_calibration,
-)
-from mesh.router.calibrate_log import (
-    TARGET_NO_MATCH,
-    LogCalibration,
-    calibrate_from_log,
-    load_decisions,
-    load_feedback,
-)
-from mesh.router.embedding import build_embedder
+
+if TYPE_CHECKING:  # the router's modules need numpy (the `router` extra): imported when run
+    from mesh.router.calibrate import CalibrationReport
+    from mesh.router.calibrate_log import LogCalibration
 
 
 def register(sub: Any) -> None:
@@ -60,10 +50,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--target-no-match",
         type=float,
-        default=TARGET_NO_MATCH,
+        default=None,
         metavar="SHARE",
         help="with --from-decisions and too little feedback: the no-match share to aim at "
-        "(default %(default)s)",
+        "(default: mesh.router.calibrate_log.TARGET_NO_MATCH, 0.10)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_calibrate)
@@ -98,6 +88,9 @@ def _calibrate(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 2
     require_router_stack()
+    from mesh.router.calibrate import load_agents, load_labelled, run_calibration
+    from mesh.router.embedding import build_embedder
+
     progress = _Progress()
     try:
         agents = load_agents(args.agents)
@@ -136,6 +129,15 @@ def _print(r: CalibrationReport, model_id: str) -> None:
 
 
 def _from_decisions(args: argparse.Namespace) -> int:
+    from mesh.router.calibrate_log import (
+        TARGET_NO_MATCH,
+        calibrate_from_log,
+        load_decisions,
+        load_feedback,
+    )
+
+    if args.target_no_match is None:
+        args.target_no_match = TARGET_NO_MATCH
     if not 0.0 <= args.target_no_match < 1.0:
         print("mesh calibrate: --target-no-match must be in [0, 1)", file=sys.stderr)
         return 2

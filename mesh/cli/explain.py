@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mesh.cli._args import add_create_flag, int_range, require_router_stack
 from mesh.cli._broker import require_namespace, topology_of
@@ -20,9 +20,11 @@ from mesh.cli.request import parse_tags
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.router.reasons import NoMatch, unmatched
-from mesh.router.scoring import Candidate, Decision
 from mesh.schemas import TaskEnvelope
 from mesh.schemas.codec import dumps
+
+if TYPE_CHECKING:  # numpy, of the `router` extra: `mesh worker` loads none of it
+    from mesh.router.scoring import Candidate, Decision
 
 COLUMNS = (
     "agent_id",

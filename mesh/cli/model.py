@@ -7,7 +7,6 @@ import time
 
 from mesh.cli._args import require_router_stack
 from mesh.config import Settings
-from mesh.router.embedding import FastEmbedder
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def prepare_model(args: argparse.Namespace, settings: Settings) -> int:
     """Build the model directory if needed, load it, embed one query; print what was used."""
     require_router_stack()
+    from mesh.router.embedding import FastEmbedder
+
     embedder = FastEmbedder.from_settings(settings)
     if embedder.is_usem3:
         from mesh.router.usem_onnx import ensure_usem3_model, model_dir_name
