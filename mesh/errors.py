@@ -99,9 +99,22 @@ class NoRouter(MeshError, ConnectionError):
 
 
 class Retry(MeshError):
-    """Raised by a handler: try this task again later (at most `max_retries` times)."""
+    """Raised by a handler: try this task again later (at most `max_retries` times).
+
+    The task waits in one of the delay queues (``MESH_RETRY_DELAYS_MS``, by default 1000,
+    5000 and 30000 ms), so `delay_ms` is a minimum: it is rounded *up* to the next delay
+    queue (``delay_ms=200`` waits 1000 ms, ``delay_ms=2000`` waits 5000 ms), and a delay
+    above the longest waits the longest. The ``task.retrying`` event and the worker's log
+    line say both the delay asked for and the one taken. Without `delay_ms`, retry number
+    *n* waits the *n*-th delay (then the longest).
+
+    Raises:
+        ValueError: `delay_ms` is below 1.
+    """
 
     def __init__(self, reason: str = "retry requested", delay_ms: int | None = None) -> None:
+        if delay_ms is not None and delay_ms < 1:
+            raise ValueError(f"Retry(delay_ms=...) must be at least 1 ms, got {delay_ms}")
         self.reason = reason
         self.delay_ms = delay_ms
         super().__init__(reason)

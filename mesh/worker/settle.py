@@ -254,8 +254,11 @@ class Settler:
     ) -> None:
         deps = self.deps
         attempt = envelope.attempt + 1
-        delay = outcome.delay_ms or deps.topology.retry_delay_for(attempt)
-        delay = nearest_delay(deps.topology.retry_delays_ms, delay)
+        asked = outcome.delay_ms
+        # a delay queue at least as long as asked (`Retry`'s docstring), else the longest
+        delay = nearest_delay(deps.topology.retry_delays_ms, asked or 0)
+        if asked is None:
+            delay = deps.topology.retry_delay_for(attempt)
         retried = envelope.model_copy(update={"attempt": attempt})
         # the copy goes out (confirmed) before the claim is released and the original
         # acked: a crash in between leaves a duplicate, which the claim absorbs
@@ -267,13 +270,20 @@ class Settler:
         )
         await quietly(message.ack())
         self.hooks.retried(deps.agent_id)
-        await self._emit(
-            envelope,
-            "retrying",
-            {"attempt": attempt, "delay_ms": delay, "error": outcome.message[:500]},
-        )
+        data: dict[str, Any] = {"attempt": attempt, "delay_ms": delay}
+        rounded = ""
+        if asked is not None and asked != delay:
+            data["requested_delay_ms"] = asked
+            rounded = f" (asked {asked} ms: the nearest delay queue, MESH_RETRY_DELAYS_MS)"
+        data["error"] = outcome.message[:500]
+        await self._emit(envelope, "retrying", data)
         logger.info(
-            "task_id=%s retry %d in %d ms: %s", envelope.task_id, attempt, delay, outcome.message
+            "task_id=%s retry %d in %d ms%s: %s",
+            envelope.task_id,
+            attempt,
+            delay,
+            rounded,
+            outcome.message,
         )
 
     async def _republish(self, envelope: TaskEnvelope, headers: dict[str, str]) -> None:

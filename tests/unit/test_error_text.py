@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mesh import Agent, Settings, TaskContext
+from mesh import Agent, Retry, Settings, TaskContext
 from mesh.redact import redact
 from mesh.schemas import TaskEnvelope
 from mesh.testing import AgentHarness
@@ -63,3 +63,11 @@ async def test_an_agent_that_allows_it_passes_its_exception_text_unredacted() ->
     result = await AgentHarness(agent, settings=Settings()).run({"order": 1})
     assert result.error is not None and result.error.code == "handler_error"
     assert result.error.message == f"RuntimeError: could not connect to {DSN}"
+
+
+def test_retry_says_its_delay_is_rounded_up_and_refuses_a_delay_below_1() -> None:
+    doc = Retry.__doc__ or ""
+    assert "rounded *up* to the next delay" in doc and "MESH_RETRY_DELAYS_MS" in doc
+    assert Retry("x", delay_ms=200).delay_ms == 200
+    with pytest.raises(ValueError, match="at least 1 ms, got 0"):
+        Retry("x", delay_ms=0)
