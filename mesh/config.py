@@ -239,6 +239,12 @@ class Settings(BaseModel):
     #: applied the topology (`mesh topology apply`), components only check it is there
     #: and need no configure permission on shared objects
     topology: Literal["apply", "passive"] = "apply"
+    #: bounds of each dead-letter queue ``<ns>.dead.<reason>`` (x-max-length with
+    #: reject-publish: a letter past it is refused, and the component that sent it counts,
+    #: logs and alerts the drop, `mesh.messaging.DROPPED_ALERT`), and how long a dead letter
+    #: is kept before the broker removes it (x-message-ttl; 0: until replayed or purged)
+    dead_letter_max_length: int = Field(default=100_000, ge=1)
+    dead_letter_ttl_s: int = Field(default=7 * 86_400, ge=0)
 
     # --- logging ---------------------------------------------------------------------------
     #: DEBUG, INFO, WARNING, ERROR (None: WARNING, or what -v / -vv ask)

@@ -155,6 +155,8 @@ class Topology:
     queue_type: Literal["classic", "quorum"] = _setting("queue_type")
     delivery_limit: int = _setting("delivery_limit")
     retry_delays_ms: tuple[int, ...] = _setting("retry_delays_ms")
+    dead_letter_max_length: int = _setting("dead_letter_max_length")
+    dead_letter_ttl_s: int = _setting("dead_letter_ttl_s")
     #: ``passive``: `declare` only checks that the objects exist (the admin applied them)
     mode: Literal["apply", "passive"] = _setting("topology")
 
@@ -165,6 +167,8 @@ class Topology:
             queue_type=settings.queue_type,
             delivery_limit=settings.delivery_limit,
             retry_delays_ms=tuple(sorted(set(settings.retry_delays_ms))),
+            dead_letter_max_length=settings.dead_letter_max_length,
+            dead_letter_ttl_s=settings.dead_letter_ttl_s,
             mode=getattr(settings, "topology", _setting("topology")),
         )
 
@@ -393,6 +397,18 @@ class Topology:
             return {"x-queue-type": "quorum", "x-delivery-limit": self.delivery_limit}
         return {"x-max-priority": MAX_PRIORITY} if priority else {}
 
+    def _dead_letter_args(self) -> dict[str, Any]:
+        """Bounded dead-letter queues: past `dead_letter_max_length` the broker refuses a
+        letter (the sender counts and reports the drop), older ones than the TTL go."""
+        args = {
+            **self._queue_args(priority=False),
+            "x-max-length": self.dead_letter_max_length,
+            "x-overflow": "reject-publish",
+        }
+        if self.dead_letter_ttl_s:
+            args["x-message-ttl"] = self.dead_letter_ttl_s * 1000
+        return args
+
     def static_spec(self) -> TopologySpec:
         """Everything that exists once per namespace."""
         exchanges = (
@@ -444,7 +460,7 @@ class Topology:
             bindings.append(BindingSpec(self.retry, name, f"{delay}.#"))
         for reason in DEAD_REASONS:
             name = self.dead_queue(reason)
-            queues.append(QueueSpec(name, self._queue_args(priority=False)))
+            queues.append(QueueSpec(name, self._dead_letter_args()))
             bindings.append(BindingSpec(self.dlx, name, self.dead_key(reason)))
         return TopologySpec(exchanges, tuple(queues), tuple(bindings))
 

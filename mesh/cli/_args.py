@@ -13,8 +13,11 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from pydantic import TypeAdapter, ValidationError
+
 from mesh.distribution import extra_hint
 from mesh.errors import ConfigError
+from mesh.schemas.envelope import Identifier
 
 #: exit code of a usage error (as argparse's own); failures exit 1
 USAGE = 2
@@ -78,6 +81,22 @@ def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+
+
+def identifier(text: str) -> str:
+    """An argparse ``type`` accepting an agent, instance or task id (`Identifier`)."""
+    try:
+        return _IDENTIFIER.validate_python(text)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"must be 1-128 characters of A-Z a-z 0-9 _ . : @ -, got {text!r}"
+        ) from None
+
+
+identifier.__name__ = "identifier"
 
 
 def positive_float(text: str) -> float:

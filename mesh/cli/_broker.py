@@ -66,6 +66,14 @@ def describe_channel_error(exc: aio_pika.exceptions.AMQPError, settings: Setting
     ns = settings.namespace
     if isinstance(exc, aio_pika.exceptions.ChannelPreconditionFailed):
         match = _INEQUIVALENT.search(text)
+        if match is not None and ".dead." in match["name"]:
+            return (
+                f"RabbitMQ refused to redeclare {match['name']!r}: its argument "
+                f"{match['arg']} differs ({match['detail']}): the dead-letter queues are "
+                "bounded by MESH_DEAD_LETTER_MAX_LENGTH and MESH_DEAD_LETTER_TTL_S, and this "
+                "one was declared with other bounds (or none, by an older version): replay "
+                "or purge it (mesh dlq), delete it (rabbitmqctl delete_queue), then start again"
+            )
         if match is not None:
             return (
                 f"RabbitMQ refused to redeclare {match['kind']} {match['name']!r}: its "

@@ -1,11 +1,16 @@
-"""Dead letters: look at them, and replay them (`mesh dlq list|replay`).
+"""Dead letters: look at them, replay them, purge them (`mesh dlq list|replay|purge`).
 
 Listing takes messages without acknowledging them and closes the channel, so RabbitMQ puts
 them back: nothing is lost by looking. Replaying republishes a dead envelope to the ingress
 as a *new* task (a fresh task_id: the old one is finished, and its idempotency record would
 answer it with the old Result), with the same trace, its deadline reset, and `source`
 naming the dead task; the dead letter is acknowledged only after the publish is confirmed.
-Bodies that are not valid envelopes (`mesh.dead.invalid`) are never replayed.
+Bodies that are not valid envelopes (`mesh.dead.invalid`) are never replayed. A replay
+may name another agent (``target``): the new task goes straight to it. Purging deletes
+every letter of one queue (the queue stays).
+
+The queues are bounded (`Topology`: ``MESH_DEAD_LETTER_MAX_LENGTH`` letters, refused past
+it and reported by the sender, and ``MESH_DEAD_LETTER_TTL_S``).
 """
 
 from __future__ import annotations
@@ -69,10 +74,13 @@ async def peek(conn: MeshConnection, reason: DeadReason, limit: int = 20) -> lis
         await channel.close()  # unacknowledged: back in the queue
 
 
-def replayed(envelope: TaskEnvelope) -> TaskEnvelope:
-    """The new task a dead envelope becomes when it is replayed."""
+def replayed(envelope: TaskEnvelope, target: str | None = None) -> TaskEnvelope:
+    """The new task a dead envelope becomes when it is replayed (for `target`, when given:
+    that agent, without semantic routing)."""
+    retarget: dict[str, Any] = {} if target is None else {"target": target}
     return envelope.model_copy(
         update={
+            **retarget,
             "task_id": new_id(),
             "source": f"dlq-replay:{envelope.task_id}",
             "deadline_ms": None,
@@ -94,8 +102,11 @@ class Replayed:
     skipped: int = 0
 
 
-async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> Replayed:
-    """Replay up to `limit` dead letters of `reason` as new tasks.
+async def replay(
+    conn: MeshConnection, reason: DeadReason, limit: int = 1, *, target: str | None = None
+) -> Replayed:
+    """Replay up to `limit` dead letters of `reason` as new tasks (for agent `target`,
+    when given, instead of the tasks' own target or semantic routing).
 
     A letter that is not an envelope is skipped and counted (moved to ``dead.invalid``,
     which keeps it bounded), and the replay goes on with the next one.
@@ -123,7 +134,7 @@ async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> Re
                 await message.ack()
                 skipped += 1
                 continue
-            fresh = replayed(envelope)
+            fresh = replayed(envelope, target)
             await publisher.publish_envelope(
                 conn.topology.ingress, conn.topology.ingress_key, fresh, mandatory=True
             )
@@ -133,3 +144,14 @@ async def replay(conn: MeshConnection, reason: DeadReason, limit: int = 1) -> Re
         await channel.close()
         await publisher.close()
     return Replayed(done, skipped)
+
+
+async def purge(conn: MeshConnection, reason: DeadReason) -> int:
+    """Delete every dead letter of `reason`; how many there were (the queue stays)."""
+    channel = await conn.channel(confirms=False)
+    try:
+        queue = await channel.get_queue(conn.topology.dead_queue(reason), ensure=False)
+        result = await queue.purge()
+        return int(result.message_count or 0)
+    finally:
+        await channel.close()

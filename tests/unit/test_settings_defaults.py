@@ -28,6 +28,8 @@ MIRRORS: list[tuple[type[Any], dict[str, str]]] = [
             "queue_type": "queue_type",
             "delivery_limit": "delivery_limit",
             "retry_delays_ms": "retry_delays_ms",
+            "dead_letter_max_length": "dead_letter_max_length",
+            "dead_letter_ttl_s": "dead_letter_ttl_s",
             "mode": "topology",
         },
     ),
