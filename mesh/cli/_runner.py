@@ -8,11 +8,13 @@ import importlib
 import logging
 import signal
 import sys
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from mesh.cli._args import UsageError
 from mesh.cli._broker import namespace_exists
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
@@ -120,10 +122,33 @@ def put_on_path(app_dir: str | None) -> None:
 
 
 def _import(module_name: str) -> Any:
+    """Import the agents' module; any error of its import is one line (a usage error: the
+    spec names it), never a traceback."""
     try:
         return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # whatever the module raises while it is imported
+        raise UsageError(
+            f"cannot import {module_name!r}: {import_error(exc, module_name)}"
+        ) from None
+
+
+def import_error(exc: Exception, module_name: str) -> str:
+    """What went wrong importing `module_name`, in one line, with the file and line."""
+    missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+    if missing and (module_name == missing or module_name.startswith(f"{missing}.")):
+        return (
+            f"no module named {missing!r} on the path (run from the app's folder, or "
+            "give --app-dir)"
+        )
+    if isinstance(exc, SyntaxError):
+        where = f"{Path(exc.filename or '?').name}, line {exc.lineno}"
+        return f"SyntaxError: {exc.msg} ({where})"
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename]
+    if user:
+        text += f" ({Path(user[-1].filename).name}, line {user[-1].lineno})"
+    return text
 
 
 def load_object(spec: str) -> Any:

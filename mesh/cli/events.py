@@ -17,6 +17,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
+from mesh.cli._args import int_range
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.messaging import login_of
@@ -44,7 +45,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON event per line")
     p.add_argument(
-        "--count", type=int, default=0, metavar="N", help="stop after N events (0: never)"
+        "--count",
+        type=int_range(0),
+        default=0,
+        metavar="N",
+        help="stop after N events (0: never)",
     )
     p.set_defaults(func=_events)
 

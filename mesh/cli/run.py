@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from mesh.cli._args import int_range, positive_float, require_router_stack
+from mesh.cli._args import identifier, int_range, positive_float, require_router_stack
 from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
 from mesh.cli.health import add_check_flag, probe
 from mesh.config import Settings
@@ -52,6 +52,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--instance-id",
+        type=identifier,
         default=None,
         help="the instance's id (default: <agent_id>-<random>); one agent only",
     )

@@ -122,7 +122,7 @@ def test_worker_with_an_unknown_module_says_so_in_one_line(tmp_path: Path) -> No
         timeout=60,
         env={**os.environ, "MESH_NAMESPACE": "test-nosuch"},
     )
-    assert done.returncode == 1
+    assert done.returncode == 2  # a usage error: the spec names it
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mesh: cannot import 'nosuchmodule'"), lines
 

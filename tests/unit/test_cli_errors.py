@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import aio_pika
@@ -175,3 +176,74 @@ def test_topology_export_of_another_namespace_goes_where_it_is_told(
     out.write_text("{}")
     assert cli_main.main(["topology", "export", "--out", str(out), "--check"]) == 1
     assert f"run `mesh topology export --out {out}`" in capsys.readouterr().err
+
+
+#: agent modules whose import fails, and the one line `mesh worker` prints for each
+BROKEN_MODULES = [
+    ("", "nosuch.module:agent", "cannot import 'nosuch.module': no module named 'nosuch'"),
+    (
+        "def broken(:\n",
+        "{m}:agent",
+        "cannot import '{m}': SyntaxError: invalid syntax ({m}.py, line 1)",
+    ),
+    (
+        "import os\nraise RuntimeError('set SHOP_API_KEY')\n",
+        "{m}:agent",
+        "cannot import '{m}': RuntimeError: set SHOP_API_KEY ({m}.py, line 2)",
+    ),
+    (
+        "import no_such_dependency_h5\n",
+        "{m}:agent",
+        "cannot import '{m}': ModuleNotFoundError: No module named 'no_such_dependency_h5' "
+        "({m}.py, line 1)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "spec", "said"), BROKEN_MODULES, ids=["missing", "syntax", "raises", "dependency"]
+)
+def test_an_agent_module_that_does_not_import_is_one_line_exit_2(
+    source: str,
+    spec: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --app-dir goes first on it
+    module = f"broken_{request.node.callspec.id}_{tmp_path.name[-6:]}".replace("-", "_")
+    if source:
+        (tmp_path / f"{module}.py").write_text(source)
+    code = cli_main.main(["worker", spec.format(m=module), "--app-dir", str(tmp_path)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("mesh: " + said.format(m=module)), lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["worker", "x:y", "--instance-id", "Bad Id!"],
+            "mesh worker: --instance-id must be 1-128 characters of A-Z a-z 0-9 _ . : @ -, "
+            "got 'Bad Id!'",
+        ),
+        (["events", "--count", "-1"], "mesh events: --count must be at least 0, got -1"),
+        (
+            ["dlq", "replay", "expired", "--target", "a b"],
+            "mesh dlq replay: --target must be 1-128 characters",
+        ),
+    ],
+    ids=["instance-id", "events-count", "dlq-target"],
+)
+def test_bad_values_are_one_line_naming_the_flag(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(said), lines
