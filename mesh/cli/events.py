@@ -4,7 +4,9 @@ It binds an exclusive, auto-delete queue of its own (`Topology.events_queue`:
 ``<ns>.observer.<user>.events-<id>``, an observer queue of its AMQP user's) to
 ``<ns>.events`` with each ``--filter`` pattern (AMQP topic patterns: ``task.*``,
 ``route.decision``, ``#``) and prints one line per event until Ctrl-C, or until
-``--count`` events were printed. ``--json`` prints each event as it travelled.
+``--count`` events were printed: its local time (ISO 8601, milliseconds, UTC offset), its
+type, for an alert whether it is raised or cleared and its subject, the task and agent,
+and the telling parts of its data. ``--json`` prints each event as it travelled.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import asyncio
 import signal
 import sys
+from datetime import datetime
 from typing import Any
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
@@ -25,8 +28,22 @@ from mesh.schemas import Event, InvalidEnvelope, decode, encode, new_id
 from mesh.topology import event_type_bindings
 from mesh.wire import NoAck, Subscriber
 
-#: what a line shows of an event's data, by event type prefix (the rest: --json)
-_SHOWN = ("code", "error", "route", "from_agent", "reason", "attempt", "delay_ms")
+#: what a line shows of an event's data (the rest: --json)
+_SHOWN = (
+    "code",
+    "error",
+    "route",
+    "from_agent",
+    "reason",
+    "attempt",
+    "delay_ms",
+    "requested_delay_ms",
+    "queue",
+    "dropped",
+    "visits",
+)
+#: what an alert's line shows first: is it raised or cleared, and about what
+_ALERT_SHOWN = ("state", "subject")
 
 
 def register(sub: Any) -> None:
@@ -54,14 +71,23 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_events)
 
 
+def local_time(ts_ms: int) -> str:
+    """`ts_ms` as ISO 8601 local time to the millisecond, with the UTC offset."""
+    return datetime.fromtimestamp(ts_ms / 1000).astimezone().isoformat(timespec="milliseconds")
+
+
 def line(event: Event, user_id: str | None = None) -> str:
-    """One readable line: time, type, task and agent, the telling parts of its data."""
-    parts = [str(event.ts_ms), event.type]
+    """One readable line: local time, type, an alert's state and subject, task and agent,
+    the telling parts of its data, an alert's message."""
+    data = event.data or {}
+    alert = event.type.startswith("alert.")
+    parts = [local_time(event.ts_ms), event.type]
+    if alert:
+        parts += [f"{key}={data[key]}" for key in _ALERT_SHOWN if data.get(key) is not None]
     for name in ("task_id", "agent_id", "instance_id"):
         value = getattr(event, name, None)
         if value:
             parts.append(f"{name.removesuffix('_id')}={value}")
-    data = event.data or {}
     route = data.get("route")
     if isinstance(route, dict):
         parts.append(f"strategy={route.get('strategy')} score={route.get('score')}")
@@ -70,6 +96,8 @@ def line(event: Event, user_id: str | None = None) -> str:
             parts.append(f"{key}={data[key]}")
     if user_id:
         parts.append(f"by={user_id}")
+    if alert and data.get("message"):
+        parts.append(f"- {data['message']}")
     return " ".join(parts)
 
 
