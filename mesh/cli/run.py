@@ -13,6 +13,7 @@ from mesh.cli._runner import SPEC_EXAMPLE, load_agents, put_on_path, run_serve
 from mesh.cli.health import add_check_flag, probe
 from mesh.config import Settings
 from mesh.connection import MeshConnection
+from mesh.distribution import extra_hint
 from mesh.errors import ConfigError
 from mesh.lifecycle import Stopper
 from mesh.metrics.core import Metrics
@@ -61,6 +62,12 @@ def register(sub: Any) -> None:
         type=positive_float,
         default=30.0,
         help="seconds in-flight tasks get to finish on shutdown (default 30)",
+    )
+    p.add_argument(
+        "--reload",
+        action="store_true",
+        help="development: restart the worker when a .py file under --app-dir changes "
+        f"(needs watchfiles: {extra_hint('reload')})",
     )
     add_check_flag(p, "worker")
     p.set_defaults(func=_worker)
@@ -159,6 +166,10 @@ async def start_workers(
 
 
 def _worker(args: argparse.Namespace, settings: Settings) -> int:
+    if args.reload and not args.check:
+        from mesh.cli.reload import run_with_reload
+
+        return run_with_reload(args)
     agents = worker_agents(
         args.agents,
         app_dir=args.app_dir,
