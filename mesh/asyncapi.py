@@ -1,10 +1,12 @@
 """The AsyncAPI 3.0 document of the mesh: every channel, who sends and receives what, and
-the wire contracts (`mesh asyncapi` writes it to ``schemas/asyncapi.json``).
+the wire contracts (`mesh asyncapi` prints it, or writes it to ``--out``).
 
-Pure: no broker, no I/O. Every exchange and queue name comes from `Topology` (its specs
-and name methods, called with the AsyncAPI parameters such as ``{agentId}`` for the ids
-only known at run time); the message schemas are the JSON Schemas `mesh schemas export`
-writes (`schemas.WIRE_MODELS`), their ``$defs`` hoisted into ``components.schemas`` so the
+Its ``servers`` are the configured broker (``MESH_AMQP_URL``, passwords masked) and its
+channels every queue a process declares (`_runtime_queues`). Pure: no broker, no I/O.
+Every exchange and queue name comes from `Topology` (its specs and name methods, called
+with the AsyncAPI parameters such as ``{agentId}`` for the ids only known at run time);
+the message schemas are the JSON Schemas `mesh schemas export` writes
+(`mesh.schemas.WIRE_MODELS`), their ``$defs`` hoisted into ``components.schemas`` so the
 document is self-contained.
 
 Channels are of two kinds, as the AMQP binding has them: an exchange with one routing-key
@@ -27,7 +29,7 @@ import orjson
 
 from mesh import redis_contract
 from mesh.client import REPLY_QUEUE_EXPIRES_MS
-from mesh.config import Settings, mask_url_safe
+from mesh.config import Settings, default_of, mask_url_safe
 from mesh.contract import TABLE, Row
 from mesh.dispatch.states import STATES
 from mesh.distribution import installed_version
@@ -619,7 +621,7 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
 
     # queues the components declare for themselves (not in the specs)
     if observer_max_length is None:
-        observer_max_length = _default("observer_queue_max_length")
+        observer_max_length = default_of("observer_queue_max_length")
     for spec, doc, msgs in _runtime_queues(t, observer_max_length):
         for q in spec.queues:
             b.queue(_short(t, q.name), q, spec.bindings, doc, msgs)
@@ -781,12 +783,6 @@ def _topology(source: Settings | Topology) -> Topology:
     return source if isinstance(source, Topology) else Topology.from_settings(source)
 
 
-def _default(field: str) -> Any:
-    """A setting's default (a bare `Topology` documents the default settings, whatever the
-    environment says)."""
-    return Settings.model_fields[field].default
-
-
 def server(url: str, description: str) -> dict[str, Any]:
     """The AsyncAPI server of one broker URL: host, port and vhost, no credentials."""
     # split the masked URL: a password with an unencoded ``/`` would end up in the path
@@ -806,7 +802,8 @@ def servers(settings: Settings | None) -> dict[str, Any]:
     """The configured broker's nodes (``MESH_AMQP_URL``), credentials masked; without
     `settings`, the default URL's."""
     if settings is None:
-        urls = [_default("amqp_url").get_secret_value()]
+        # a bare `Topology` is documented with the default settings, whatever the env says
+        urls = [default_of("amqp_url").get_secret_value()]
     else:
         urls = [u.get_secret_value() for u in settings.amqp_urls]
     out: dict[str, Any] = {}
