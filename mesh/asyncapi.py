@@ -87,7 +87,7 @@ PARAMETER_DOCS: dict[str, str] = {
     "clientId": "the id of one MeshClient (random per client; a worker's: its instance id)",
     "user": "the AMQP user the process logs in as (MESH_AMQP_URL's; guest without one)",
     "observerName": "the observer's name (MESH_OBSERVER_NAME; its instances share the queue)",
-    "tailId": "the random id of one `mesh events` tail",
+    "tailId": "the random id of one `mesh events` (or `mesh demo`) tail",
     "collectorId": "the random id of one router's bid collector",
     "snapshotId": "the random id of one agent snapshot (a router's or `mesh agents`' feed)",
     "routerId": "the random id of one router's selector",
@@ -705,7 +705,8 @@ def _runtime_queues(
                 queues=(temp(tail),),
                 bindings=(BindingSpec(t.events, tail, "#"),),
             ),
-            "One `mesh events` tail, bound with each --filter pattern (default `#`).",
+            "One `mesh events` tail, bound with each --filter pattern (default `#`); "
+            "`mesh demo` follows the events the same way (tailId `demo-<id>`).",
             ["event"],
         ),
     ]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
 from mesh.connection import MeshConnection
+from mesh.messaging import login_of
 from mesh.observer.figures import Figures
 from mesh.schemas import Event, InvalidEnvelope, decode, new_id
 from mesh.wire import NoAck, Subscriber
@@ -57,7 +58,7 @@ class EventTail:
     async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         topology = self.conn.topology
         queue = await channel.declare_queue(
-            f"{topology.namespace}.observer.events-demo-{new_id()[:8]}",
+            topology.events_queue(login_of(self.conn.settings), f"demo-{new_id()[:8]}"),
             exclusive=True,
             auto_delete=True,
         )

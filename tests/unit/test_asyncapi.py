@@ -241,7 +241,21 @@ DECLARED_BY: dict[str, tuple[str, ...]] = {
     "selector_queue": ("{routerId}",),
     "events_queue": ("{user}", "{tailId}"),
 }
-_DECLARE = re.compile(r"declare_queue\((?P<args>[^)]*)", re.DOTALL)
+_DECLARE = "declare_queue("
+
+
+def declare_calls(source: str) -> Iterator[str]:
+    """The argument text of every ``declare_queue(...)`` call in `source`."""
+    start = source.find(_DECLARE)
+    while start != -1:
+        depth, i = 1, start + len(_DECLARE)
+        while depth and i < len(source):
+            depth += {"(": 1, ")": -1}.get(source[i], 0)
+            i += 1
+        yield source[start + len(_DECLARE) : i - 1]
+        start = source.find(_DECLARE, i)
+
+
 _BUILDER = re.compile(r"topo(?:logy)?\.(?P<name>[a-z_]+_queue)\(")
 
 
@@ -253,10 +267,10 @@ def test_every_queue_a_process_declares_is_documented(
     for path in package.rglob("*.py"):
         if path.name == "topology.py":
             continue
-        for call in _DECLARE.finditer(path.read_text()):
-            if "passive=True" in call["args"]:
+        for args in declare_calls(path.read_text()):
+            if "passive=True" in args:
                 continue  # a look at a queue of the topology, not a declaration
-            builder = _BUILDER.search(call["args"])
+            builder = _BUILDER.search(args)
             assert builder is not None, f"{path}: a queue not named by Topology"
             found.add(builder["name"])
     assert found == set(DECLARED_BY), "a new declare site: add its queue to mesh/asyncapi.py"
