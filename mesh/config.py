@@ -322,6 +322,13 @@ class Settings(BaseModel):
     human_queue: bool = True
     example_memory_size: int = Field(default=50, ge=1)
     exploration_share: float = Field(default=0.05, ge=0, le=1)
+    #: split a request carrying several intents ("... also ...", "...还有...") into child
+    #: tasks on its trace and answer with one merged Result (`mesh.router.compound`;
+    #: README "Multi-intent requests")
+    multi_intent: bool = True
+    #: the confidence a clause needs to count as an intent of its own (below the routing
+    #: threshold: a clause is a short text; `bench/multi_intent.py` measured it)
+    multi_intent_floor: float = Field(default=0.35, ge=-1, le=2)
     breaker_window_s: float = 10.0
     breaker_failure_ratio: float = 0.5
     breaker_min_calls: int = 4

@@ -344,6 +344,19 @@ TABLE: tuple[Row, ...] = (
     ),
     Row(
         "router",
+        "receiveChildResult",
+        "receive",
+        "queue.reply",
+        ("result",),
+        "Results of the child tasks of compound requests (one shared reply queue)",
+        Own(
+            lambda w: reply_queue_regex(w.topology, w.user),
+            (Bind(_replies, lambda w: (reply_key_regex(w.topology, w.user),)),),
+        ),
+        ack=True,
+    ),
+    Row(
+        "router",
         "receiveFeedback",
         "receive",
         "queue.feedback",

@@ -150,6 +150,11 @@ class Keys:
         """Set: every reply_to recorded for a task_id (duplicate submissions wait together)."""
         return f"{self.prefix}:task-waiters:{task_id}"
 
+    def compound(self, task_id: str) -> str:
+        """Hash: a compound request's parts and its children's Results as they come back
+        (`mesh.router.compound`; only routers write it)."""
+        return f"{self.prefix}:compound:{task_id}"
+
     def dispatched_to(self, task_id: str) -> str:
         """Set: every agent a router dispatched the task to (access control; only routers
         write it: whose Result a router may forward)."""

@@ -296,6 +296,12 @@ class Topology:
         """Durable reply queue of one `MeshClient` (Results come back on it)."""
         return f"{self.namespace}.reply.{client_id}"
 
+    def compound_queue(self, login: str) -> str:
+        """Durable reply queue the routers (user `login`) share for the Results of the
+        child tasks of compound requests (`mesh.router.compound`): one of that user's reply
+        queues, so it comes through `replies` like any caller's."""
+        return self.reply_queue(f"{login}.compound")
+
     @property
     def replies(self) -> str:
         """Topic exchange of Results to callers, keyed `reply_key` (no default exchange)."""

@@ -61,6 +61,7 @@ MODULES = (
     "tests/integration/test_story_timeout_cascade.py",
     "tests/integration/test_story_field_mismatch.py",
     "tests/integration/test_node_agent.py",
+    "tests/integration/test_story_compound_request.py",
 )
 
 

@@ -410,6 +410,7 @@ def redis_key_patterns(namespace: str, vhost: str = "/") -> dict[str, str]:
         "side_effect": k.side_effect(s),
         "observer_figures": k.observer_figures(s),
         "dispatched_to": k.dispatched_to(s),
+        "compound": k.compound(s),
         "sealed": k.sealed(s, s),
     }
     return {name: _key_glob(value) for name, value in built.items()}
@@ -438,6 +439,7 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "dispatched_to",
             "human_desk",
             "human_task",
+            "compound",
         ),
         ("instance", "agent", "agent_instances", "agents", "leases", "sealed"),
     ),

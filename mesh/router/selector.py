@@ -122,12 +122,18 @@ class SemanticSelector(Lifecycle):
 
     # --- choosing --------------------------------------------------------------------------
     async def decide(
-        self, capability: str, required_tags: dict[str, str], excluded: list[str]
+        self,
+        capability: str,
+        required_tags: dict[str, str],
+        excluded: list[str],
+        *,
+        explore: bool = True,
     ) -> Decision:
         """Score every agent for `capability` (used by `select` and by `mesh explain`).
 
         Pure with respect to the index: agents that are excluded, behind an open breaker
-        or whose every lease lapsed are passed to `score` as blocked rows.
+        or whose every lease lapsed are passed to `score` as blocked rows. Without
+        `explore` no cold agent is drawn (multi-intent detection: `mesh.router.compound`).
         """
         query = await self.batcher.embed(capability)
         index = self.index
@@ -143,7 +149,7 @@ class SemanticSelector(Lifecycle):
                 self.weights,
                 query_text=capability,
                 required_tags=required_tags,
-                rng=self.rng,
+                rng=self.rng if explore else None,
                 blocked=blocked,
             )
             chosen = decision.agent_id

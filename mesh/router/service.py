@@ -10,6 +10,8 @@ each:
 1. `mesh.router.intake`: decode (an invalid body is answered and dead-lettered), stamp;
 2. `mesh.router.returns`: a dispatch back from an agent queue, rerouted;
 3. the guard (`mesh.router.guard`): is the sender believed?
+   A new task carrying several intents goes to `mesh.router.compound` instead (children
+   on its trace, one merged Result: `mesh.router.compound_replies`);
 4. `mesh.router.choice`: an agent, or why the task ends here;
 5. intake's `admit` (new task) or `Returns.record` (returned one): recorded in Redis;
 6. `mesh.router.dispatch` publishes, or `mesh.router.endings` ends the task.
@@ -32,6 +34,8 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.metrics.core import Metrics
 from mesh.router.choice import Chooser
+from mesh.router.compound import Compound
+from mesh.router.compound_replies import CompoundReplies
 from mesh.router.delivery import Delivery
 from mesh.router.deps import RouterDeps
 from mesh.router.dispatch import Dispatcher
@@ -81,6 +85,8 @@ class RouterService(Lifecycle):
         )
         #: under access control callers send feedback here; this router applies it
         self.feedback = FeedbackConsumer(conn, self.publisher, self.store) if access else None
+        #: the Results of compound requests' children (any router's), merged
+        self.compound_replies = CompoundReplies(conn, self.publisher, self.store, self.router_id)
         self.deps: RouterDeps | None = None
         self._settler: RouterSettler | None = None
         self._intake_sub: Subscriber | None = None
@@ -122,6 +128,9 @@ class RouterService(Lifecycle):
         self._returns = Returns(deps)
         self._chooser = Chooser(deps)
         self._dispatcher = Dispatcher(deps, self._chooser, self._endings)
+        self._compound = Compound(
+            deps, self._intake, self._chooser, self._dispatcher, self._endings
+        )
         self._settler = RouterSettler(self._endings)
         return deps
 
@@ -133,6 +142,8 @@ class RouterService(Lifecycle):
         await self.topology.declare(self.publisher.channel)
         self.deps = deps = self._compose()
         assert self._settler is not None
+        # before the router queue: children's Results must find their queue
+        await self.compound_replies.start()
         subscriber = Subscriber(
             self.conn,
             self.topology.router_queue,
@@ -165,6 +176,7 @@ class RouterService(Lifecycle):
         subscriber, self._intake_sub = self._intake_sub, None
         if subscriber is not None:
             await subscriber.close()
+        await self.compound_replies.close()
         await self.publisher.close()
 
     # --- per message -----------------------------------------------------------------------
@@ -216,6 +228,10 @@ class RouterService(Lifecycle):
         )
         if isinstance(checked, Refusal):
             await self._endings.refuse(envelope, delivery.body, checked)
+            return
+        split = await self._compound.split(checked) if returned is None else None
+        if split is not None:
+            await self._compound.run(checked, split, delivery)
             return
         plan = await self._chooser.plan(checked, returned)
         if returned is not None:
