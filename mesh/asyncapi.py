@@ -48,6 +48,7 @@ from mesh.topology import (
     INSTANCE_HEADER,
     INVALID_KEEP_BYTES,
     LAST_ERROR_HEADER,
+    OBSERVED_EVENTS,
     PRIORITY_BANDS,
     REASON_HEADER,
     SCORE_HEADER,
@@ -703,9 +704,10 @@ def _runtime_queues(
         (
             TopologySpec(
                 queues=(temp(tail),),
-                bindings=(BindingSpec(t.events, tail, "#"),),
+                bindings=tuple(BindingSpec(t.events, tail, key) for key in OBSERVED_EVENTS),
             ),
-            "One `mesh events` tail, bound with each --filter pattern (default `#`); "
+            "One `mesh events` tail, bound with each --filter pattern (default `#`; with "
+            "the observer's login under access control, what its grant binds, shown here); "
             "`mesh demo` follows the events the same way (tailId `demo-<id>`).",
             ["event"],
         ),

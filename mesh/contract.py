@@ -539,8 +539,7 @@ TABLE: tuple[Row, ...] = (
         "alert.* raised and cleared (its queue: <ns>.observer.<user>.<name>, bound on #)",
         Publish(_events, lambda w: (events_of("alert"),)),
     ),
-    # the observer's queue is named after its broker user and `Settings.observer_name`,
-    # which the document (one per namespace) does not know: no channel, no operation;
+    # the observer's queue is named after its broker user and `Settings.observer_name`;
     # it binds only events without request texts (`OBSERVED_EVENTS`) unless its grant
     # allows them (SECURITY.md: the observer reads decisions and figures, no texts)
     Row(
@@ -554,7 +553,19 @@ TABLE: tuple[Row, ...] = (
             lambda w: starting(w.topology.observer_queue_prefix(w.user)),
             (Bind(_events, _observed),),
         ),
-        documented=False,
+    ),
+    # `mesh events` (run with the observer's login): a queue of its own under the prefix
+    Row(
+        "observer",
+        "receiveEventTail",
+        "receive",
+        "queue.observer.events",
+        ("event",),
+        "`mesh events`: the events its --filter patterns select",
+        Own(
+            lambda w: starting(w.topology.observer_queue_prefix(w.user)),
+            (Bind(_events, _observed),),
+        ),
     ),
     # operator (`mesh dlq`, as admin)
     Row(

@@ -55,7 +55,8 @@ class CompoundReplies(Lifecycle):
         self.publisher = publisher
         self.store = store
         self.by = by
-        self.queue_name = conn.topology.compound_queue(publisher.login)
+        self.login = publisher.login
+        self.queue_name = conn.topology.compound_queue(self.login)
         self.subscriber = Subscriber(
             conn, self._declare, self.take, AckAfter("child Results"), prefetch=64
         )
@@ -78,7 +79,10 @@ class CompoundReplies(Lifecycle):
         arguments: dict[str, Any] = {}
         if self.topology.queue_type == "quorum":
             arguments["x-queue-type"] = "quorum"
-        queue = await channel.declare_queue(self.queue_name, durable=True, arguments=arguments)
+        # the compound queue is one of the router user's reply queues (`compound_queue`)
+        queue = await channel.declare_queue(
+            self.topology.reply_queue(f"{self.login}.compound"), durable=True, arguments=arguments
+        )
         await queue.bind(self.topology.replies, routing_key=self.topology.reply_key(queue.name))
         return queue
 
