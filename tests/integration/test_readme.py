@@ -112,8 +112,8 @@ def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path)
             "-q",
             "-p",
             "no:cacheprovider",
-            "-o",
-            "asyncio_mode=auto",
+            "-p",
+            "no:asyncio",  # the example needs no plugin (harness.run_sync)
             "test_my_agents.py",
         ],
         cwd=folder,
