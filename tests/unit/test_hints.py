@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from mesh import hints
-from mesh.errors import ServiceUnavailable
 from mesh.config import Settings
+from mesh.errors import ServiceUnavailable
 from mesh.management import Management
 
 
