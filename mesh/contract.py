@@ -176,7 +176,7 @@ REGISTRY_IN = ("registration", "agentCard", "heartbeat", "deregistration")
 SESSION_IN = ("registrationAck", "registrationError", "leaseLost")
 
 # --- the table -----------------------------------------------------------------------------
-# Within a role, rows are in the order its regexes list the names (SECURITY.md's table).
+# Within a role, rows are in the order its regexes list the names (docs/security.md's table).
 TABLE: tuple[Row, ...] = (
     # client
     Row(
@@ -541,7 +541,7 @@ TABLE: tuple[Row, ...] = (
     ),
     # the observer's queue is named after its broker user and `Settings.observer_name`;
     # it binds only events without request texts (`OBSERVED_EVENTS`) unless its grant
-    # allows them (SECURITY.md: the observer reads decisions and figures, no texts)
+    # allows them (docs/security.md: the observer reads decisions and figures, no texts)
     Row(
         "observer",
         "receiveEvents",

@@ -78,7 +78,7 @@ class RequestTimeout(MeshError, TimeoutError):
 class DownstreamBusy(MeshError):
     """A handoff's target has its circuit breaker open: the router answered at once
     (``downstream_busy``) instead of letting the task wait on an agent that fails. A handler
-    catches it to answer with a degraded reply (seed 000 section 4.2)."""
+    catches it to answer with a degraded reply."""
 
     def __init__(self, target: str, message: str = "") -> None:
         self.target = target

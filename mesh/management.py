@@ -20,6 +20,7 @@ from typing import Any
 from mesh.config import Settings, mask_url
 from mesh.connection import find_tls_error, tls_config_error, tls_reason
 from mesh.errors import ConfigError, ManagementRequestFailed, ServiceUnavailable
+from mesh.hints import management_hint
 from mesh.schemas.codec import dumps, loads
 
 
@@ -109,7 +110,7 @@ class Management:
             raise ServiceUnavailable(
                 "RabbitMQ management API",
                 self._masked,
-                "enable it with `rabbitmq-plugins enable rabbitmq_management` (infra/up.sh does)",
+                management_hint(),
             ) from None
         return loads(answer) if answer else None
 

@@ -1,4 +1,4 @@
-"""Agent contracts: the JSON Schemas of an agent's payload and output (seed 000 section 2.3).
+"""Agent contracts: the JSON Schemas of an agent's payload and output.
 
 An agent may declare what its tasks carry (`Agent(input_model=...)` or `input_schema=`) and
 what it answers (`output_model` / `output_schema`). Its worker checks each payload before

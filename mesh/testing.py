@@ -8,6 +8,8 @@ the mesh would answer::
     result = await harness.run({"order_id": "42"})
     assert result.status == "completed" and harness.effects["refund"] == 1
 
+`run_sync` does the same from synchronous code (a plain pytest test, no plugin).
+
 - ``ctx.apply_once(name)`` applies at most once per task_id; `effects` holds the totals.
 - ``ctx.fence()`` and ``apply_once`` raise `StaleFencingToken` after `revoke_lease()`;
   `run` then raises it too (a real worker would hand the task back unanswered).
@@ -23,6 +25,7 @@ the mesh would answer::
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -213,6 +216,22 @@ class AgentHarness:
         """
         envelope = TaskEnvelope(capability=capability, payload=payload or {}, **fields)
         return await self.run_envelope(envelope)
+
+    def run_sync(
+        self, payload: dict[str, Any] | None = None, *, capability: str = "test", **fields: Any
+    ) -> Result:
+        """`run` from synchronous code (a plain pytest test, no plugin): one event loop per
+        call, so the harness's state (`effects`, `handoffs`, `contexts`) carries over.
+
+        Raises:
+            RuntimeError: called while an event loop runs (``await harness.run(...)`` there).
+            StaleFencingToken: the lease was revoked; the mesh would send no Result.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(payload, capability=capability, **fields))
+        raise RuntimeError("run_sync() inside a running event loop: use `await harness.run()`")
 
     async def run_envelope(self, envelope: TaskEnvelope, *, agent: Agent | None = None) -> Result:
         """Run a ready envelope through `agent` (default: the harness's agent).

@@ -1,4 +1,4 @@
-"""The AMQP topology of DESIGN section 3: every exchange and queue name is built here.
+"""The AMQP topology of docs/design.md section 3: every exchange and queue name is built here.
 
 One list of specs serves both idempotent declaration (`declare`) and the RabbitMQ
 definitions export (`definitions`), so the two cannot drift. No other module formats
@@ -47,7 +47,7 @@ CONCURRENCY_HEADER = "x-mesh-max-concurrency"
 MAX_PRIORITY = 10
 #: binding keys of an observer's queue that carry no request text (``route.decision`` and
 #: ``route.learned`` do): under access control its grant allows these, and ``#`` only with
-#: ``MESH_OBSERVER_READS_REQUESTS`` (SECURITY.md: no request texts unless a setting allows)
+#: ``MESH_OBSERVER_READS_REQUESTS`` (docs/security.md: no request texts unless a setting allows)
 #: the routing key of a ``route.decision`` without the request's text, what a router sends
 #: under access control unless MESH_OBSERVER_READS_REQUESTS (`decision_routing_key`)
 REDACTED_DECISION_KEY = "route.decision.redacted"
@@ -446,7 +446,7 @@ class Topology:
         bindings: list[BindingSpec] = [
             BindingSpec(self.ingress, self.router_queue, self.ingress_key),
             # dispatches that expired or were rejected in an agent queue come back to a
-            # router, which reroutes them (or ends them) -- DESIGN section 7
+            # router, which reroutes them (or ends them) -- docs/design.md section 7
             BindingSpec(self.dlx, self.router_queue, "agent.#"),
             # ...and retried ones, whose key still carries the delay (`retry_key`)
             BindingSpec(self.dlx, self.router_queue, "*.agent.#"),

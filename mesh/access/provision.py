@@ -74,6 +74,7 @@ from mesh.errors import (
     VhostMissing,
 )
 from mesh.functions import Library
+from mesh.hints import start_hint
 from mesh.keys import Keys
 from mesh.management import Management
 from mesh.registry import fencing, lease, state
@@ -387,7 +388,7 @@ class Provisioner:
                 raise AccessError(f"Redis refused FUNCTION LOAD {library.name}: {exc}") from None
             except (OSError, RedisError):
                 raise ServiceUnavailable(
-                    "Redis", self._redis_masked, "start it with `bash infra/up.sh`"
+                    "Redis", self._redis_masked, start_hint("MESH_REDIS_URL")
                 ) from None
             logger.info("Redis function library %s loaded", library.name)
         return tuple(library.name for library in libraries)
@@ -575,7 +576,7 @@ class Provisioner:
             raise AccessError(f"Redis refused {args[0]} {args[1]}: {text}") from None
         except (OSError, RedisError):
             raise ServiceUnavailable(
-                "Redis", self._redis_masked, "start it with `bash infra/up.sh`"
+                "Redis", self._redis_masked, start_hint("MESH_REDIS_URL")
             ) from None
 
     def _acl_user_exists(self, user: str) -> bool:

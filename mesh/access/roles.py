@@ -1,4 +1,4 @@
-r"""The role model of ../shared/SECURITY.md as data: role -> broker permissions and Redis ACL.
+r"""The role model of docs/security.md as data: role -> broker permissions and Redis ACL.
 
 Pure: no I/O, nothing here talks to a broker or to Redis (`mesh.access.provision` does).
 The broker permissions of every role but admin are folded from the rows of
@@ -14,7 +14,7 @@ Broker user names
 -----------------
 A broker user is global to the broker (users are not per vhost) and the same namespace can
 exist in several vhosts, so a user name is ``<prefix><role>``, with the role as in
-SECURITY.md (``admin``, ``router``, ``registry``, ``worker.<agent_id>``, ``client.<name>``,
+docs/security.md (``admin``, ``router``, ``registry``, ``worker.<agent_id>``, ``client.<name>``,
 ``observer.<name>``) and the prefix by default:
 
 - ``<namespace>:`` in the default vhost ``/`` (``mesh:router``, ``mesh:worker.support.refunds``);
@@ -22,7 +22,7 @@ SECURITY.md (``admin``, ``router``, ``registry``, ``worker.<agent_id>``, ``clien
 
 ``:`` cannot occur in a namespace (``[a-z0-9_.-]``), so a namespace ``mesh.x`` can never
 produce a user of namespace ``mesh`` and the other way round. ``--user-prefix`` chooses
-another prefix (``""`` gives the bare names of SECURITY.md, for a broker with one mesh).
+another prefix (``""`` gives the bare names of docs/security.md, for a broker with one mesh).
 The Redis ACL user of a role has the same name as its broker user. `AccessScope.role_of`
 is the inverse (what a service checking ``message.user_id`` will need). Every user
 `mesh access` creates carries the broker tag `PROVISIONED_TAG` (not a management tag: it
@@ -109,7 +109,7 @@ class Role:
 
     @property
     def label(self) -> str:
-        """The role as SECURITY.md writes it: ``router``, ``worker.<agent_id>``..."""
+        """The role as docs/security.md writes it: ``router``, ``worker.<agent_id>``..."""
         return self.kind if not self.name else f"{self.kind}.{self.name}"
 
     @classmethod
@@ -175,7 +175,7 @@ class AccessScope:
 
 @dataclass(frozen=True, slots=True)
 class FutureNames:
-    """Wire names SECURITY.md expects that `Topology` does not have yet (the gap, in one place).
+    """Wire names docs/security.md expects that `Topology` lacks yet (the gap, in one place).
 
     Move these into `mesh.topology` when the services use them; the permissions follow.
     """
@@ -416,7 +416,7 @@ def redis_key_patterns(namespace: str, vhost: str = "/") -> dict[str, str]:
     return {name: _key_glob(value) for name, value in built.items()}
 
 
-#: Redis key families per role: (read-write, read-only); SECURITY.md "Redis ACLs"
+#: Redis key families per role: (read-write, read-only); docs/security.md "Redis ACLs"
 REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "registry": (
         ("fence", "instance", "agent", "agent_instances", "current_token", "agents", "leases"),
@@ -469,7 +469,7 @@ def redis_acl(kind: RoleKind, namespace: str, name: str = "", vhost: str = "/") 
     if kind == "client":
         return RedisAcl(_NO_COMMANDS)
     if kind == "observer":
-        # only what it shows (SECURITY.md): writes the traces and figures it keeps, reads
+        # only what it shows (docs/security.md): writes the traces and figures it keeps, reads
         # task states and the agent registry; no Results (idem, sealed), contexts,
         # waiters, routing memory or request texts
         own = tuple("~" + patterns[f] for f in OBSERVER_KEYS[0])
@@ -499,7 +499,7 @@ def grant_for(
     limits: tuple[int | None, int | None] = (None, None),
     observer_reads_requests: bool = False,
 ) -> Grant:
-    """Broker permissions, topic permissions, limits and Redis ACL of `role` (SECURITY.md);
+    """Broker permissions, topic permissions, limits and Redis ACL of `role` (docs/security.md);
     an observer binds events with request texts only with `observer_reads_requests`."""
     user = scope.user(role)
     if role.kind == "admin":

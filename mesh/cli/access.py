@@ -1,4 +1,4 @@
-"""`mesh access provision|revoke`: one broker user and Redis ACL user per role (SECURITY.md).
+"""`mesh access provision|revoke`: one broker user and Redis ACL user per role (docs/security.md).
 
 The role model is `mesh.access.roles`, the side effects `mesh.access.provision`. The
 management API login is ``MESH_MANAGEMENT_URL`` (a user with the administrator tag), the

@@ -45,6 +45,7 @@ COMMAND_MODULES = (
     "mesh.cli.trace",
     "mesh.cli.stats",
     "mesh.cli.health",
+    "mesh.cli.settings",
     "mesh.cli.dlq",
     "mesh.cli.human",
     "mesh.cli.demo",

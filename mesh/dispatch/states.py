@@ -1,4 +1,4 @@
-"""The task state machine of DESIGN section 7 (seed 002 section 4.1), as plain data.
+"""The task state machine of docs/design.md section 7, as plain data.
 
 `TRANSITIONS` is the one table: the Lua scripts of `mesh.dispatch.lua` are generated from
 it, and the property test checks the scripts against `walk()`. A task starts at

@@ -1,4 +1,4 @@
-"""The observer (DESIGN section 8): traces, decision log, per-agent figures and alerts.
+"""The observer (docs/design.md section 8): traces, decision log, per-agent figures and alerts.
 
 Modules, one job each: `feed` (the queue on the events exchange), `store` (per-trace
 history in Redis), `journal` (JSON-lines logs), `figures` (per-agent figures), `windows`

@@ -37,7 +37,7 @@ class EventFeed(Lifecycle):
         self.unreadable = 0
         settings = conn.settings
         # under access control the grant binds only events without request texts
-        # (SECURITY.md), unless MESH_OBSERVER_READS_REQUESTS allows them
+        # (docs/security.md), unless MESH_OBSERVER_READS_REQUESTS allows them
         narrow = settings.access_control and not settings.observer_reads_requests
         self.spec = conn.topology.observer_spec(
             login_of(settings),

@@ -1,4 +1,4 @@
-"""`Observer`: the process behind `mesh observer` (DESIGN section 8).
+"""`Observer`: the process behind `mesh observer` (docs/design.md section 8).
 
 Each event of its feed is, in this order: checked (`EventTrust`: under access control
 only the role entitled to an event is believed), stored under its trace in Redis, written

@@ -1,4 +1,4 @@
-"""The registry: leases, fencing tokens and the live-agent view (DESIGN section 5).
+"""The registry: leases, fencing tokens and the live-agent view (docs/design.md section 5).
 
 - `mesh.registry.service.RegistryService`: the consumer of the registry queue (`mesh registry`).
 - `mesh.registry.session.RegistrySession`: a worker's membership (register, heartbeat, fence).

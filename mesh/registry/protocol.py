@@ -11,7 +11,7 @@ Messages to the registry (exchange/queue `Topology.registry`, key `registry_key`
 - ``deregister``: body `Deregistration`; no answer.
 
 Answers go to the session's own exclusive queue (`Topology.session_queue`), published
-with ``mandatory=False`` (DESIGN section 10).
+with ``mandatory=False`` (docs/design.md section 10).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Closed: calls flow and outcomes are counted over `window_s`. When at least `min_calls`
 outcomes are in the window and the failure ratio exceeds `failure_ratio`, the breaker opens
 for `open_s`: the router does not choose the agent. Then it is half-open: one probe task may
-go; its success closes the breaker, its failure opens it again (seed 000 section 4.2).
+go; its success closes the breaker, its failure opens it again.
 
 Every router keeps its own window; an opening is shared through Redis (`SharedBreakers`:
 ``<prefix>:breaker:<agent_id>`` holds the time it stays open until), so a router that did

@@ -210,7 +210,7 @@ class IndexKeeper:
             idle_s=1e9 if load == 0 else 0.0,
             status="up" if state.is_live(now) else "down",
             # a registration's priority_bonus in [-1, 1] is worth up to 0.2 of the total
-            # (seed 003: 0.8 similarity + 0.2 bonus), i.e. 10 levels of 0.02
+            # (a bonus of at most 0.2 beside the similarity), i.e. 10 levels of 0.02
             priority=round((reg.priority_bonus if reg else 0.0) * 10),
             completed=self.ledger.completed(state.agent_id),
         )

@@ -2,7 +2,7 @@
 
 Choosing is a pure function of the index (`scoring.score` over `CapabilityIndex`): the
 task's capability text is embedded (LRU cache, micro-batches), every live agent is scored
-in one numpy pass, and the fallbacks of DESIGN section 6 follow: arbitration of near ties
+in one numpy pass, and the fallbacks of docs/design.md section 6 follow: arbitration of near ties
 (in `scoring`); when no live agent clears the threshold, the agents that are restarting
 (no live instance, a lease ended within ``agent_return_window_s``) scored alone, the
 chosen one's task waiting in its queue (``route.waiting_for_instance``); a call for bids

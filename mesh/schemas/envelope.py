@@ -20,7 +20,7 @@ TagMap = dict[
 
 
 class TaskEnvelope(WireModel):
-    """One task on its way through the mesh (DESIGN section 4)."""
+    """One task on its way through the mesh (docs/design.md section 4)."""
 
     task_id: Identifier = Field(default_factory=new_id, description="unique; the idempotency key")
     trace_id: Identifier = Field(default_factory=new_id, description="shared by the whole chain")

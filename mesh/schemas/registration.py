@@ -11,7 +11,7 @@ from mesh.schemas.envelope import Identifier, TagMap
 
 
 class Registration(WireModel):
-    """An agent instance asking to join the mesh (DESIGN section 5)."""
+    """An agent instance asking to join the mesh (docs/design.md section 5)."""
 
     agent_id: Identifier = Field(description="the logical agent; instances share its queue")
     instance_id: Identifier = Field(description="this process")

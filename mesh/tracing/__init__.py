@@ -11,7 +11,7 @@ The OTel trace id is the envelope's ``trace_id`` (`otel_trace_id`): itself when 
 lowercase hex digits, as `schemas.new_id` makes them, otherwise the first 128 bits of its
 SHA-256; every span also carries the envelope's as ``mesh.trace_id``.
 
-Sampling (seed 000 section 5.2, `is_traced`): every task with priority >= 5, and
+Sampling (`is_traced`): every task with priority >= 5, and
 ``MESH_OTEL_SAMPLE_RATIO`` (10 %) of the others, chosen by a hash of the trace id, so
 every process decides the same for one trace. The first hop decides; later hops follow
 the ``sampled`` flag of the traceparent.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-#: tasks of this priority and above are always traced (seed 000 section 5.2)
+#: tasks of this priority and above are always traced
 ALWAYS_TRACED_PRIORITY = 5
 #: an envelope trace_id that is an OTel trace id already (what `schemas.new_id` makes)
 _OTEL_HEX = re.compile(r"[0-9a-f]{32}")

@@ -230,7 +230,7 @@ class WorkerRuntime(Lifecycle):
         concurrency = self.agent.max_concurrency
         # quorum bands: one channel each, each prefetching the whole concurrency (one band
         # alone keeps every slot busy); the gate shares the slots, and while several bands
-        # wait, a backlog drains high:normal:low at 5:3:1 (seed 002 section 7.3)
+        # wait, a backlog drains high:normal:low at 5:3:1
         self._gate = BandGate(concurrency, [weight for _, weight in queues])
         for band, (name, _weight) in enumerate(queues):
             consumer = Subscriber(

@@ -1,4 +1,4 @@
-"""The processing timeout: a frozen handler gives its task back (seed 002 sections 4.2, 7.4).
+"""The processing timeout: a frozen handler gives its task back.
 
 A handler that hangs while its process stays connected and heartbeating would keep its
 task until the deadline or the maximum lifetime. `watched` runs the handler's chain as a

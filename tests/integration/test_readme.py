@@ -103,7 +103,9 @@ def _wait_for_router(folder: Path, env: dict[str, str], timeout: float = 90.0) -
 
 def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path) -> None:
     (folder / "test_my_agents.py").write_text(block_after("## Testing an agent without a broker"))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # PYTHONPATH stays: it names the checkout under test (test_wheel_stranger.py runs the
+    # example with the built wheel and nothing of the checkout)
+    env = dict(os.environ)
     done = subprocess.run(
         [
             sys.executable,
@@ -112,8 +114,8 @@ def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path)
             "-q",
             "-p",
             "no:cacheprovider",
-            "-o",
-            "asyncio_mode=auto",
+            "-p",
+            "no:asyncio",  # the example needs no plugin (harness.run_sync)
             "test_my_agents.py",
         ],
         cwd=folder,

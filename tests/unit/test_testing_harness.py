@@ -32,19 +32,45 @@ async def handle(task, ctx):
     return {"refund_id": f"RF-{task.payload['order_id']}"}
 
 
-async def test_a_redelivered_refund_pays_out_once():
+def test_a_redelivered_refund_pays_out_once():  # plain pytest: no plugin needed
     harness = AgentHarness(refunds, stubs={"billing": {"paid": True}})
-    first = await harness.run({"order_id": "42"})
-    again = await harness.run({"order_id": "42"}, task_id=first.task_id)
+    first = harness.run_sync({"order_id": "42"})
+    again = harness.run_sync({"order_id": "42"}, task_id=first.task_id)
     assert first.output == again.output == {"refund_id": "RF-42"}
     assert harness.effects["refund"] == 1 and len(harness.handoffs) == 1
 """
 
 
-async def test_the_readme_example_runs_as_printed() -> None:
+def test_the_readme_example_runs_as_printed() -> None:
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(README_EXAMPLE, "README.md", "exec"), namespace)
-    await namespace["test_a_redelivered_refund_pays_out_once"]()
+    namespace["test_a_redelivered_refund_pays_out_once"]()
+
+
+def test_run_sync_keeps_the_harness_state_across_calls() -> None:
+    agent = _agent()
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        return {"applied": await ctx.apply_once("x")}
+
+    harness = AgentHarness(agent)
+    first = harness.run_sync({"n": 1})
+    again = harness.run_sync({"n": 1}, task_id=first.task_id)
+    other = harness.run_sync({"n": 2})
+    assert first.status == again.status == other.status == "completed"
+    assert [first.output, again.output, other.output] == [
+        {"applied": True},
+        {"applied": False},
+        {"applied": True},
+    ]
+    assert harness.effects["x"] == 2 and len(harness.runs) == 3
+
+
+async def test_run_sync_inside_an_event_loop_says_to_await_run() -> None:
+    harness = AgentHarness(_agent())
+    with pytest.raises(RuntimeError, match=r"await harness\.run"):
+        harness.run_sync({})
 
 
 def test_the_readme_prints_the_example_once_it_documents_the_harness() -> None:
