@@ -6,7 +6,7 @@ cd "$root"
 bash infra/bootstrap.sh
 echo "== ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
-echo "== drift"; .venv/bin/mesh schemas export --check --out schemas/json; .venv/bin/mesh topology export --check --out infra/definitions.json; .venv/bin/mesh asyncapi --check --out schemas/asyncapi.json
+echo "== drift"; .venv/bin/mesh schemas export --check --out schemas/json; .venv/bin/mesh topology export --check --out infra/definitions.json; .venv/bin/mesh asyncapi --check --out schemas/asyncapi.json; .venv/bin/mesh settings --readme README.md --check
 if [ "$#" -gt 0 ]; then # the tests you name, as you name them
   echo "== pytest"; .venv/bin/python -m pytest -q "$@"
   exit

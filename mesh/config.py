@@ -253,6 +253,8 @@ class Settings(BaseModel):
     #: logs and alerts the drop, `mesh.messaging.DROPPED_ALERT`), and how long a dead letter
     #: is kept before the broker removes it (x-message-ttl; 0: until replayed or purged)
     dead_letter_max_length: int = Field(default=100_000, ge=1)
+    #: how long the broker keeps a dead letter before removing it (x-message-ttl, seconds;
+    #: 0: until replayed or purged)
     dead_letter_ttl_s: int = Field(default=7 * 86_400, ge=0)
 
     # --- logging ---------------------------------------------------------------------------
