@@ -16,6 +16,7 @@ from mesh.router.selector import SemanticSelector
 from mesh.router.service import RouterService
 from mesh.schemas import Event, TaskEnvelope, decode
 from mesh.services import Stop, build_selector, start_registry, start_worker
+from mesh.topology import event_type_bindings
 from mesh.worker.agent import Agent
 from tests import access_mode
 from tests.access_mode import tap_queue_name
@@ -109,8 +110,9 @@ class EventTap:
     async def start(self) -> EventTap:
         channel = await self.conn.channel(confirms=False)
         self._queue = await channel.declare_queue(tap_queue_name(self.conn), exclusive=True)
-        for p in self.patterns:
-            await self._queue.bind(self.conn.topology.events, routing_key=p)
+        for p in self.patterns:  # by event type: tagged outcomes, redacted decisions too
+            for key in event_type_bindings(p):
+                await self._queue.bind(self.conn.topology.events, routing_key=key)
         await self._queue.consume(self._on, no_ack=True)
         return self
 

@@ -112,9 +112,10 @@ async def test_a_failed_part_is_named_and_the_others_kept(
         result = await client.request(text, wait_s=30)
     assert result.status == "failed", result
     assert result.error is not None and result.error.code == PARTIAL_FAILURE
-    assert "part 1 (presales): rejected" in result.error.message
+    # the part's agent rejected it, and a child targets its agent: nobody else may take it
+    assert "part 1 (presales): unroutable, target_excluded" in result.error.message
     assert result.error.details == {"failed": [0], "completed": [1]}
     assert result.output is not None and result.output["partial"] is True
     parts = result.output["parts"]
-    assert [p["status"] for p in parts] == ["rejected", "completed"]
+    assert [p["status"] for p in parts] == ["unroutable", "completed"]
     assert parts[1]["output"]["by"] == "logistics"
