@@ -582,13 +582,30 @@ def default_of(name: str) -> Any:
     return Settings.model_fields[name].default
 
 
+#: ``MESH_*`` variables that are no setting but read by the project's scripts, tests, the
+#: demo and the Node.js agent (never warned about)
+OTHER_VARIABLES: tuple[str, ...] = (
+    "MESH_ASYNCAPI",
+    "MESH_CLUSTER_",
+    "MESH_DEMO_",
+    "MESH_KEEP_PLUGINS",
+    "MESH_NODE_",
+    "MESH_RABBITMQ_SBIN",
+    "MESH_SKIP_CLUSTER",
+    "MESH_TEST_",
+)
+
+
 def warn_unknown(env: Mapping[str, str]) -> list[str]:
     """Log once (per process) the ``MESH_*`` names no setting reads; returns the new ones."""
     known = [ENV_PREFIX + name.upper() for name in Settings.model_fields]
     unknown = sorted(
         key
         for key in env
-        if key.startswith(ENV_PREFIX) and key not in known and key not in _warned_unknown
+        if key.startswith(ENV_PREFIX)
+        and key not in known
+        and key not in _warned_unknown
+        and not key.startswith(OTHER_VARIABLES)
     )
     if not unknown:
         return []

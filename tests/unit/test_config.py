@@ -173,3 +173,10 @@ def test_retry_delays_that_do_not_parse_name_the_variable() -> None:
 def test_an_empty_blas_threads_variable_leaves_blas_alone() -> None:
     assert Settings.from_env({"MESH_BLAS_THREADS": ""}).blas_threads is None
     assert Settings.from_env({}).blas_threads == 1
+
+
+def test_the_project_scripts_variables_are_not_warned_about() -> None:
+    from mesh.config import warn_unknown
+
+    env = {"MESH_SKIP_CLUSTER": "1", "MESH_TEST_ACCESS_CONTROL": "1", "MESH_NAMESAPCE_X": "a"}
+    assert warn_unknown(env) == ["MESH_NAMESAPCE_X"]
