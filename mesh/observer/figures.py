@@ -1,7 +1,8 @@
 """Per-agent figures from the event stream: a plain class with `snapshot()`, no I/O.
 
 For each agent: tasks by final status, success rate, latency percentiles (from the
-``route.decision`` of a dispatch to the task's outcome event: queue wait plus handling),
+``route.decision`` of a dispatch to the task's outcome event: queue wait plus handling;
+the two come from different processes and are paired in whichever order they arrive),
 routing time percentiles, reroutes away from it, bids won, times chosen by strategy, and
 its circuit breaker as the routers see it: the same `BreakerBoard`, fed the same outcomes
 (`mesh.router.outcomes`), so it opens and closes as theirs do (each router keeps its own
@@ -70,6 +71,16 @@ class AgentFigures:
         return done / (done + failed) if done + failed else None
 
 
+def _remember(
+    table: OrderedDict[str, tuple[str, int]], task_id: str, seen: tuple[str, int]
+) -> None:
+    """Keep `seen` for `task_id`, forgetting the oldest beyond `PENDING_LIMIT`."""
+    table[task_id] = seen
+    table.move_to_end(task_id)
+    while len(table) > PENDING_LIMIT:
+        table.popitem(last=False)
+
+
 class Figures:
     """Figures of every agent seen in the events (`observe` each event, read `snapshot`)."""
 
@@ -87,6 +98,9 @@ class Figures:
         self.no_match = 0
         self.unroutable = 0
         self._pending: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        #: outcomes whose decision has not come yet: the router and the worker publish
+        #: from different connections, so the two may arrive in either order
+        self._early: OrderedDict[str, tuple[str, int]] = OrderedDict()
 
     def agent(self, agent_id: str) -> AgentFigures:
         found = self.agents.get(agent_id)
@@ -124,11 +138,14 @@ class Figures:
         route_ms = (event.data.get("timings") or {}).get("route_ms")
         if isinstance(route_ms, int | float):
             figures.route_ms.append(float(route_ms))
-        if event.task_id:
-            self._pending[event.task_id] = (event.agent_id, event.ts_ms)
-            self._pending.move_to_end(event.task_id)
-            while len(self._pending) > PENDING_LIMIT:
-                self._pending.popitem(last=False)
+        if not event.task_id:
+            return
+        early = self._early.pop(event.task_id, None)
+        if early is not None:
+            if early[0] == event.agent_id:
+                figures.latencies_ms.append(float(max(0, early[1] - event.ts_ms)))
+            return
+        _remember(self._pending, event.task_id, (event.agent_id, event.ts_ms))
 
     def _outcome(self, event: Event, status: str) -> None:
         if event.agent_id is None:
@@ -142,6 +159,8 @@ class Figures:
         pending = self._pending.pop(event.task_id, None) if event.task_id else None
         if pending is not None and pending[0] == event.agent_id:
             figures.latencies_ms.append(float(max(0, event.ts_ms - pending[1])))
+        elif pending is None and event.task_id:
+            _remember(self._early, event.task_id, (event.agent_id, event.ts_ms))
         # the breaker counts outcomes exactly as `OutcomeLedger.observe` does
         outcome = OUTCOME_KINDS.get(event.type)
         if outcome == "completed":

@@ -54,6 +54,22 @@ def test_figures_per_agent() -> None:
     assert (snap["decisions"], snap["no_match"], snap["unroutable"]) == (6, 1, 1)
 
 
+def test_a_latency_counts_when_the_outcome_arrives_before_its_decision() -> None:
+    # the router and the worker publish on connections of their own: either comes first
+    figures = Figures(Settings(), clock=ManualClock())
+    figures.observe(ev("task.completed", 1_180, "late", "refunds"))
+    figures.observe(decided(1_000, "late", "refunds"))
+    figures.observe(decided(2_000, "usual", "refunds"))
+    figures.observe(ev("task.completed", 2_040, "usual", "refunds"))
+    # an outcome by another agent than the late decision names gives no latency
+    figures.observe(ev("task.completed", 3_500, "moved", "refunds"))
+    figures.observe(decided(3_000, "moved", "orders"))
+    agent = figures.snapshot()["agents"]["refunds"]
+    assert agent["tasks"] == {"completed": 3}
+    assert agent["latency_ms"] == {"count": 2, "p50": 40.0, "p90": 180.0, "p99": 180.0}
+    assert figures.snapshot()["agents"]["orders"]["latency_ms"]["count"] == 0
+
+
 def test_the_breaker_mirror_opens_like_the_routers() -> None:
     clock = ManualClock()
     figures = Figures(Settings(breaker_min_calls=4, breaker_failure_ratio=0.5), clock=clock)
