@@ -2,7 +2,10 @@
 
 The stories (seed 000 sections 1 and 4, seed 002 section 7):
 
-* routine requests in Chinese and English, routed by meaning;
+* routine requests in Chinese and English, routed by meaning; the knowledge base answers
+  them as an HTTP endpoint behind ``mesh bridge http``;
+* requests the Node.js agent of ``agents/node/`` answers (left out, with one line saying
+  so, when node or npm is missing);
 * a compound request handed off reception -> orders -> after-sales on one trace;
 * a refund whose after-sales instance is SIGKILLed while the bank confirms: the survivor
   completes it and the refund is paid once;
@@ -20,23 +23,76 @@ The stories (seed 000 sections 1 and 4, seed 002 section 7):
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import aio_pika
 
+from agents import _node as node
+from agents import knowledge
 from agents._data import CARRIER_API, TEMPLATE_STORE, Store, refund_effect
+from agents.knowledge_http import ASK_PATH
+from mesh import Agent
 from mesh.connection import MeshConnection
 from mesh.demo.run import Member
 from mesh.demo.script import DemoRun, Expect
 from mesh.schemas import Result, TaskEnvelope, decode, new_id
 from mesh.schemas.codec import loads
 
-#: the knowledge base as a Python worker. The HTTP bridge's hook: to run the knowledge
-#: base as an HTTP endpoint behind ``mesh bridge http`` instead, replace this member's
-#: spec (the lead wires it once the bridge lands); `agents.knowledge.answer` is the
-#: endpoint's whole logic.
-KNOWLEDGE_BRIDGE: Member | None = None
+
+def _free_port() -> int:
+    """A loopback port nothing listens on now (the knowledge endpoint's)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _bridged(agent: Agent, url: str) -> tuple[str, ...]:
+    """``mesh bridge http`` arguments giving `agent`'s routing texts to the endpoint `url`."""
+    args = ["bridge", "http", agent.agent_id, "--url", url, "--capability", agent.capability_text]
+    for example in agent.examples:
+        args += ["--example", example]
+    for keyword in agent.keywords:
+        args += ["--keyword", keyword]
+    return tuple(args)
+
+
+def _node_ready(root: Path) -> str | None:
+    """``npm ci --prefix agents/node`` for the Node.js agent; why it cannot run, if so."""
+    absent = node.missing()
+    if absent:
+        return f"{' and '.join(absent)} not found, so the Node.js agent's requests are left out"
+    print("demo: npm ci --prefix agents/node (the Node.js agent's amqplib and redis)", flush=True)
+    try:
+        node.install()
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        return f"npm ci failed ({last[0]}), so the Node.js agent's requests are left out"
+    return None
+
+
+#: the knowledge base runs as an HTTP endpoint (`agents.knowledge_http`, stdlib only)
+#: behind ``mesh bridge http``, with the Python agent's capability text, examples and
+#: keywords: `agents.knowledge.answer` is the endpoint's whole logic
+KNOWLEDGE_PORT = _free_port()
+KNOWLEDGE_BRIDGE = Member(
+    knowledge.agent.agent_id,
+    args=_bridged(knowledge.agent, f"http://127.0.0.1:{KNOWLEDGE_PORT}{ASK_PATH}"),
+    backend=(sys.executable, "-m", "agents.knowledge_http", "--port", str(KNOWLEDGE_PORT)),
+)
+#: text statistics, the Node.js agent of ``agents/node/`` (``node text-stats.js``; it
+#: follows the namespace's AsyncAPI document); skipped when node or npm is missing
+TEXT_STATS = "cs.text_stats"
+NODE_AGENT = Member(
+    TEXT_STATS,
+    program=("node", str(node.NODE_DIR / "text-stats.js")),
+    env={"MESH_NODE_AGENT_ID": TEXT_STATS},
+    prepare=_node_ready,
+)
 
 TEAM: tuple[Member, ...] = (
     Member("cs.reception", "agents.reception:agent"),
@@ -45,10 +101,11 @@ TEAM: tuple[Member, ...] = (
     Member("cs.logistics", "agents.logistics:agent", instances=2),
     Member("cs.complaints", "agents.complaints:agent"),
     Member("cs.content", "agents.content:agent"),
-    KNOWLEDGE_BRIDGE or Member("cs.knowledge", "agents.knowledge:agent"),
+    KNOWLEDGE_BRIDGE,
     Member("cs.log_analysis", "agents.log_analysis:agent"),
     Member("cs.fallback", "agents.fallback:agent"),
     Member("cs.assistant", "agents.assistant:agent"),
+    NODE_AGENT,
 )
 
 RECEPTION, ORDERS, AFTER_SALES = "cs.reception", "cs.orders", "cs.after_sales"
@@ -65,8 +122,13 @@ KILLED_REFUND = "A-1007"
 
 def environment(quick: bool) -> dict[str, str]:
     """``MESH_*`` of every process: short leases (a killed worker is noticed in 3 s), the
-    fallback agent, a breaker that opens on 3 calls and stays open through the demo."""
+    fallback agent, a breaker that opens on 3 calls and stays open through the demo, and
+    no exploration: a router gives a share of its decisions (5 % by default) to an
+    eligible agent with few completed tasks to learn about it, which in a freshly started
+    team is any of them (a parcel question once went to orders, strategy ``exploration``);
+    the script expects the best match every time."""
     return {
+        "MESH_EXPLORATION_SHARE": "0",
         "MESH_HEARTBEAT_S": "0.75",
         "MESH_LEASE_TTL_S": "3",
         "MESH_FALLBACK_AGENT": FALLBACK,
@@ -82,6 +144,11 @@ async def seed(conn: MeshConnection) -> None:
 
 def _has(key: str, value: Any = True) -> Any:
     return lambda out: out.get(key) == value
+
+
+def _answered(out: dict[str, Any]) -> bool:
+    """A reply, and no error said in it (a handoff that failed answers with its code)."""
+    return isinstance(out.get("reply"), str) and "error" not in out
 
 
 #: (text, payload, expected agents): requests the routers place by meaning alone
@@ -112,6 +179,11 @@ ROUTINE: tuple[tuple[str, dict[str, Any], tuple[str, ...]], ...] = (
     ("good morning", {}, (RECEPTION,)),
     ("退款什么时候到账", {"order_id": "A-1003"}, (AFTER_SALES,)),
     ("explain this log line: ERROR task failed max_hops_exceeded", {}, (LOGS,)),
+    ("帮我查一下订单 A-1005 的状态", {}, (ORDERS,)),
+    ("has parcel SF1000000005 been delivered", {}, (LOGISTICS,)),
+    ("可以开增值税专用发票吗", {}, (KNOWLEDGE,)),
+    ("what does invalid_envelope mean in the error log", {}, (LOGS,)),
+    ("how do I send back a faulty item from order A-1005", {}, (AFTER_SALES,)),
 )
 #: the --quick subset (one per agent, both languages)
 QUICK_ROUTINE = (0, 2, 4, 6, 8, 10, 13, 15)
@@ -120,6 +192,7 @@ QUICK_ROUTINE = (0, 2, 4, 6, 8, 10, 13, 15)
 async def play(run: DemoRun) -> None:
     shop = Store(run.conn.redis, run.conn.keys)
     await routine(run)
+    await node_agent(run)
     await compound(run)
     await killed_refund(run, shop)
     await frozen_tracking(run, shop)
@@ -135,7 +208,39 @@ async def routine(run: DemoRun) -> None:
     run.section("Routine requests, Chinese and English, routed by meaning")
     chosen = [ROUTINE[i] for i in QUICK_ROUTINE] if run.quick else list(ROUTINE)
     for text, payload, agents in chosen:
-        await run.ask("routine", text, Expect(agents=agents), payload)
+        expect = Expect(agents=agents, output=_answered, means="a reply, no error")
+        await run.ask("routine", text, expect, payload)
+
+
+#: (text, the reply whose words are counted, its word count): the Node.js agent's requests
+TEXT_STATS_REQUESTS: tuple[tuple[str, str, int], ...] = (
+    ("帮我统计一下这段回复的字数", "您的包裹已发出。预计三天内送达！", 14),
+    (
+        "how many words are in this reply?",
+        "Thank you for your patience. Your parcel is on its way.",
+        11,
+    ),
+)
+
+
+async def node_agent(run: DemoRun) -> None:
+    run.section("An agent in Node.js (agents/node/text-stats.js), routed like the others")
+    why = run.skipped.get(TEXT_STATS)
+    if why is not None:
+        run.show(f"  skipped: {why}")
+        run.facts["Node.js agent"] = f"skipped ({why})"
+        return
+    chosen = TEXT_STATS_REQUESTS[:1] if run.quick else TEXT_STATS_REQUESTS
+    answered = 0
+    for text, reply, words in chosen:
+        result = await run.ask(
+            "node",
+            text,
+            Expect(agents=(TEXT_STATS,), output=_has("words", words), means=f"{words} words"),
+            {"text": reply},
+        )
+        answered += result is not None and result.agent_id == TEXT_STATS
+    run.facts["Node.js agent"] = f"{TEXT_STATS} answered {answered} of {len(chosen)}"
 
 
 async def compound(run: DemoRun) -> None:

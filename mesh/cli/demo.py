@@ -2,7 +2,9 @@
 
 Runs ``mesh registry``, ``mesh router``, ``mesh observer`` and the team of the repository's
 ``agents/`` (``mesh worker agents.x:agent``, two instances where a story kills or freezes
-one), sends the scripted requests of ``agents/demo_script.py``, prints each routing
+one; the knowledge base as an HTTP endpoint behind ``mesh bridge http``; a Node.js agent
+when node and npm are installed), sends the scripted requests of
+``agents/demo_script.py``, prints each routing
 decision as it happens and ends with a summary. Exit 0 only when every request got its
 expected kind of answer. The example agents are not installed with the library: the
 demo runs from a checkout (`--app-dir`, the current directory, or mesh's own checkout).

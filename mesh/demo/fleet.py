@@ -1,5 +1,6 @@
 """`Fleet`: the demo's processes, started the way a user starts them (``mesh registry``,
-``mesh router``, ``mesh worker agents.x:agent``), each logging to a file of its own.
+``mesh router``, ``mesh worker agents.x:agent``, ``node agents/node/text-stats.js``), each
+logging to a file of its own.
 
 Every process is started in a session of its own, so a Ctrl-C reaches the demo only and
 the fleet is stopped in order (`stop`: SIGTERM to all, then SIGKILL to what is left after
@@ -51,14 +52,23 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._mesh = mesh_command()
 
-    def start(self, name: str, args: Sequence[str]) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, args: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         """Start ``mesh ARGS`` as `name` (its output goes to ``<log_dir>/<name>.log``)."""
+        return self.run(name, [*self._mesh, *args], env)
+
+    def run(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start the program `argv` as `name` (an agent in another language, the HTTP
+        endpoint behind a bridge), with the fleet's environment and `env` over it."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with (self.log_dir / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(
-                [*self._mesh, *args],
+                list(argv),
                 cwd=self.cwd,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -66,7 +76,7 @@ class Fleet:
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         self.procs[name] = proc
-        logger.info("started %s pid=%d: mesh %s", name, proc.pid, " ".join(args))
+        logger.info("started %s pid=%d: %s", name, proc.pid, " ".join(argv))
         return proc
 
     def died(self) -> dict[str, int]:

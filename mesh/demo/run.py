@@ -3,9 +3,12 @@
 1. the services: RabbitMQ and Redis answer, or ``infra/up.sh`` of the checkout starts them;
 2. a clean namespace (``demo`` unless told otherwise; what an earlier run left is deleted),
    the shop's data seeded (the scenario's `seed`);
-3. ``mesh registry``, ``mesh observer`` and every team member (``mesh worker SPEC
-   --instance-id ID``) as processes; once each instance holds a lease, ``mesh router``
-   (it indexes the registered agents before it consumes, so its first decision knows them);
+3. every member's `Member.prepare` (``npm ci`` for the Node.js agent; a member that cannot
+   run is skipped, with one line saying why), then ``mesh registry``, ``mesh observer`` and
+   every member as processes (``mesh worker SPEC --instance-id ID``, ``mesh bridge http``
+   with its HTTP endpoint, ``node ...``); once each instance holds a lease, ``mesh router``
+   (it indexes the registered agents before it consumes; the demo waits until every
+   registration's texts are embedded, so its first decision knows them);
 4. the scenario (`play`), its decisions printed as they happen (`EventTail`);
 5. the summary (`mesh.demo.summary`), ``--json``, where to look next; the processes are
    stopped (on Ctrl-C too) and, with ``--cleanup``, the namespace deleted.
@@ -19,8 +22,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,19 +43,48 @@ from mesh.schemas.codec import dumps
 
 #: how long the team may take to register, and the router to load its model
 START_TIMEOUT_S = 120.0
+#: the variable naming the AsyncAPI document a `Member.program` follows
+ASYNCAPI_ENV = "MESH_ASYNCAPI"
 
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One agent of the team: a ``mesh worker`` process per instance."""
+    """One agent of the team: a process per instance, started the way a user runs it.
+
+    By default an instance is ``mesh worker SPEC --instance-id ID``. A member with `args`
+    runs ``mesh ARGS --instance-id ID`` instead (``mesh bridge http ...``); one with
+    `program` runs that program (an agent in another language, which names its own
+    instances; it gets ``MESH_ASYNCAPI``, the namespace's AsyncAPI document). `backend` is a
+    program started before the instances (the HTTP endpoint behind a bridge), `env`
+    variables of the member's processes only. `prepare` readies the member before anything
+    starts (``npm ci``) and says why it cannot run, in one line: the demo then runs
+    without it (`DemoRun.skipped`).
+    """
 
     agent_id: str
-    spec: str
+    spec: str = ""
     instances: int = 1
+    args: tuple[str, ...] = ()
+    program: tuple[str, ...] = ()
+    backend: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    prepare: Callable[[Path], str | None] | None = None
 
     def instance_ids(self) -> list[str]:
         short = self.agent_id.removeprefix("cs.").replace("_", "-")
         return [f"{short}-{n + 1}" for n in range(self.instances)]
+
+    def start(self, fleet: Fleet, contract: Path) -> None:
+        """Start the member's backend, then each of its instances, in `fleet`."""
+        short = self.agent_id.removeprefix("cs.").replace("_", "-")
+        if self.backend:
+            fleet.run(f"{short}-backend", self.backend, self.env)
+        for instance_id in self.instance_ids():
+            if self.program:
+                fleet.run(instance_id, self.program, {**self.env, ASYNCAPI_ENV: str(contract)})
+                continue
+            args = self.args or ("worker", self.spec)
+            fleet.start(instance_id, [*args, "--instance-id", instance_id], self.env)
 
 
 class Scenario(Protocol):
@@ -153,14 +185,30 @@ async def _consumers(conn: MeshConnection, queue: str) -> int:
                 await channel.close()
 
 
-async def start_fleet(conn: MeshConnection, fleet: Fleet, team: Sequence[Member]) -> None:
-    """Registry, observer and team; the router once every instance is live."""
+def prepare_team(team: Sequence[Member], root: Path) -> tuple[list[Member], dict[str, str]]:
+    """The members that can run (each `Member.prepare` done) and why the others cannot."""
+    ready: list[Member] = []
+    skipped: dict[str, str] = {}
+    for member in team:
+        why = member.prepare(root) if member.prepare is not None else None
+        if why is None:
+            ready.append(member)
+            continue
+        skipped[member.agent_id] = why
+        print(f"demo: skipping {member.agent_id}: {why}", flush=True)
+    return ready, skipped
+
+
+async def start_fleet(
+    conn: MeshConnection, fleet: Fleet, team: Sequence[Member], contract: Path
+) -> None:
+    """Registry, observer and team; the router once every instance is live, ready once it
+    has indexed every registration."""
     print("demo: starting mesh registry, mesh observer and the team...", flush=True)
     fleet.start("registry", ["registry"])
     fleet.start("observer", ["observer"])
     for member in team:
-        for instance_id in member.instance_ids():
-            fleet.start(instance_id, ["worker", member.spec, "--instance-id", instance_id])
+        member.start(fleet, contract)
 
     async def live() -> bool:
         return await _all_live(conn, team)
@@ -174,7 +222,7 @@ async def start_fleet(conn: MeshConnection, fleet: Fleet, team: Sequence[Member]
         return await _consumers(conn, router_queue) > 0
 
     await wait_for("the router to consume", routing, fleet, START_TIMEOUT_S)
-    texts = indexed_texts(team)
+    texts = await registered_texts(conn, [m.agent_id for m in team])
 
     async def indexed() -> bool:
         return await _embedded(conn, texts)
@@ -182,12 +230,16 @@ async def start_fleet(conn: MeshConnection, fleet: Fleet, team: Sequence[Member]
     await wait_for("the router to index every agent", indexed, fleet, START_TIMEOUT_S)
 
 
-def indexed_texts(team: Sequence[Member]) -> list[str]:
-    """The texts a router embeds to index the team (capability texts and examples)."""
-    from mesh.cli._runner import load_agents
-
-    agents = load_agents([m.spec for m in team])
-    return sorted({t for a in agents for t in (a.capability_text, *a.examples)})
+async def registered_texts(conn: MeshConnection, agent_ids: Sequence[str]) -> list[str]:
+    """The texts a router embeds to index `agent_ids` (capability texts and examples), as
+    the registry holds them: whatever language or bridge the agent runs in."""
+    state = await load_state(conn.redis, conn.keys, prune=False)
+    texts: set[str] = set()
+    for agent_id in agent_ids:
+        reg = state[agent_id].registration
+        if reg is not None:
+            texts.update((reg.capability_text, *reg.examples))
+    return sorted(texts)
 
 
 async def _embedded(conn: MeshConnection, texts: Sequence[str]) -> bool:
@@ -203,18 +255,32 @@ async def _embedded(conn: MeshConnection, texts: Sequence[str]) -> bool:
 
 
 async def _settle_events(tail: EventTail, run: DemoRun, timeout: float = 5.0) -> None:
-    """Wait (bounded) until the tail saw the outcome event of every answered request."""
+    """Wait (bounded) until the tail saw the routing decision and the outcome event of
+    every answered request (they come from different processes, in either order)."""
     wanted = {o.task_id for o in run.outcomes if o.task_id and o.status is not None}
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        seen = {e.task_id for e in tail.events if e.type.startswith("task.")}
-        if wanted <= seen:
+        decided = {e.task_id for e in tail.of("route.decision")}
+        ended = {e.task_id for e in tail.events if e.type.startswith("task.")}
+        if wanted <= decided & ended:
             return
         await asyncio.sleep(0.1)  # events travel from other processes; bounded
 
 
+async def write_contract(settings: Settings, folder: Path) -> Path:
+    """The namespace's AsyncAPI document, for the team members in other languages."""
+    from mesh.asyncapi import render
+
+    path = folder / "asyncapi.json"
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    await asyncio.to_thread(path.write_bytes, render(settings))
+    return path
+
+
 async def _demo(
     settings: Settings,
+    team: Sequence[Member],
+    skipped: dict[str, str],
     scenario: Scenario,
     fleet: Fleet,
     quick: bool,
@@ -230,10 +296,10 @@ async def _demo(
         tail = EventTail(conn, started, figures)
         await tail.start()
         try:
-            await start_fleet(conn, fleet, scenario.TEAM)
+            await start_fleet(conn, fleet, team, await write_contract(settings, fleet.log_dir))
             print(f"demo: ready in {time.monotonic() - started:.1f} s\n", flush=True)
             async with MeshClient(conn) as client:
-                run = DemoRun(conn, client, fleet, tail, quick, started)
+                run = DemoRun(conn, client, fleet, tail, quick, started, skipped=skipped)
                 await scenario.play(run)
             await _settle_events(tail, run)
             dead = await summaries.dead_letters(conn)
@@ -283,11 +349,22 @@ def run_demo(
     log_dir = root / ".demo-logs" / settings.namespace
     fleet = Fleet(root, env, log_dir)
     print(f"demo: namespace {settings.namespace}; process logs in {log_dir}", flush=True)
+    team, skipped = prepare_team(scenario.TEAM, root)
     try:
-        return asyncio.run(_demo(settings, scenario, fleet, quick, json_path, cleanup))
+        return asyncio.run(
+            _demo(settings, team, skipped, scenario, fleet, quick, json_path, cleanup)
+        )
     finally:
         fleet.stop()  # Ctrl-C, or a failure before the summary: no process outlives us
         sys.stdout.flush()
 
 
-__all__ = ["Member", "Scenario", "clear_namespace", "ensure_services", "run_demo"]
+__all__ = [
+    "Member",
+    "Scenario",
+    "clear_namespace",
+    "ensure_services",
+    "prepare_team",
+    "registered_texts",
+    "run_demo",
+]

@@ -69,6 +69,17 @@ class Outcome:
     trace_id: str | None = None
 
 
+def _said(result: Result) -> str:
+    """What a Result says in one line: its reply, else its error code, else its output."""
+    output = result.output or {}
+    reply = output.get("reply")
+    if isinstance(reply, str):
+        return reply
+    if result.error is not None:
+        return result.error.code
+    return ", ".join(f"{k}={v}" for k, v in output.items() if not isinstance(v, dict | list))
+
+
 @dataclass(slots=True)
 class DemoRun:
     """The running mesh as a scenario sees it."""
@@ -80,6 +91,8 @@ class DemoRun:
     quick: bool
     started: float
     outcomes: list[Outcome] = field(default_factory=list)
+    #: members of the team that could not run (agent id -> why), the scenario adapts
+    skipped: dict[str, str] = field(default_factory=dict)
     #: facts a scenario reports for the summary (refund counts, trace ids...)
     facts: dict[str, Any] = field(default_factory=dict)
     show: Callable[[str], None] = print
@@ -118,8 +131,7 @@ class DemoRun:
             return None
         took = (time.monotonic() - began) * 1000.0
         misses = expect.misses(result)
-        reply = (result.output or {}).get("reply") if result.output else None
-        said = reply if isinstance(reply, str) else (result.error.code if result.error else "")
+        said = _said(result)
         self.record(
             Outcome(
                 label,

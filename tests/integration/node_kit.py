@@ -1,9 +1,9 @@
 """The Node.js agent of ``agents/node/`` as a test runs it: installed once, started as a process.
 
 `ensure_node_modules` runs ``npm ci`` into ``agents/node/node_modules`` when the lock file
-changed since the last install (a stamp holds its digest), under a file lock so concurrent
-test processes install once. `NodeAgent` starts ``text-stats.js`` with the worker's settings
-(`tests.integration.worker_process.worker_settings`) and the
+changed since the last install (`agents._node.install`: a stamp holds its digest, a file
+lock makes concurrent test processes install once). `NodeAgent` starts ``text-stats.js``
+with the worker's settings (`tests.integration.worker_process.worker_settings`) and the
 AsyncAPI document of the test's namespace, and reads its JSON log lines.
 """
 
@@ -11,49 +11,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import json
-import shutil
 import signal
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from agents import _node as node
 from mesh.asyncapi import render
 from mesh.config import Settings
 from tests.integration.worker_process import settings_env
 
-NODE_DIR = Path(__file__).resolve().parents[2] / "agents" / "node"
-STAMP = NODE_DIR / "node_modules" / ".agent-reach-lock-sha256"
+NODE_DIR = node.NODE_DIR
 
 
 def ensure_node_modules() -> None:
-    """``npm ci`` once per version of ``package-lock.json``.
+    """``npm ci`` once per version of ``package-lock.json`` (`agents._node.install`, the
+    demo's installer too).
 
     Raises:
         RuntimeError: node or npm is missing, or the install failed (its output says why).
     """
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        raise RuntimeError("node and npm are needed (apt-get install nodejs npm)")
-    digest = hashlib.sha256((NODE_DIR / "package-lock.json").read_bytes()).hexdigest()
-    lock_path = Path(tempfile.gettempdir()) / "agent-reach-node-agent.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if STAMP.exists() and STAMP.read_text() == digest:
-            return
-        done = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"npm ci failed in {NODE_DIR}:\n{done.stdout}\n{done.stderr}")
-        STAMP.write_text(digest)
+    node.install()
 
 
 class NodeAgent:

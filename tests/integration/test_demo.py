@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -41,6 +42,8 @@ STORIES = {
     "malformed",
     "assistant",
 }
+#: the Node.js agent runs when node and npm are installed (the demo runs ``npm ci``)
+HAS_NODE = shutil.which("node") is not None and shutil.which("npm") is not None
 
 
 def _live_pids(pids: list[int]) -> list[int]:
@@ -71,7 +74,9 @@ async def test_the_quick_demo_meets_every_expectation(namespace: str, tmp_path: 
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         summary = json.loads(summary_path.read_text())
         assert summary["ok"] and summary["failed"] == []
-        assert {o["story"] for o in summary["outcomes"]} == STORIES
+        assert {o["story"] for o in summary["outcomes"]} == STORIES | (
+            {"node"} if HAS_NODE else set()
+        )
         assert all(o["ok"] for o in summary["outcomes"])
         by_story: dict[str, list[dict[str, object]]] = {}
         for o in summary["outcomes"]:
@@ -97,6 +102,23 @@ async def test_the_quick_demo_meets_every_expectation(namespace: str, tmp_path: 
             "cs.assistant",
         }
         assert "route  cs.orders" in done.stdout  # decisions printed as they happen
+        # the knowledge base answered through the HTTP bridge: its endpoint saw each task
+        backend_log = (ROOT / ".demo-logs" / namespace / "knowledge-backend.log").read_text()
+        knowledge = [o for o in summary["outcomes"] if o["agent_id"] == "cs.knowledge"]
+        assert knowledge and all(o["ok"] for o in knowledge)
+        assert all(f"task_id={o['task_id']} " in backend_log for o in knowledge)
+        # the Node.js agent answered its request (or the demo said in one line why not)
+        if HAS_NODE:
+            assert by_story["node"] and all(
+                o["agent_id"] == "cs.text_stats" for o in by_story["node"]
+            )
+            assert summary["agents"]["cs.text_stats"]["completed"] == len(by_story["node"])
+            assert summary["facts"]["Node.js agent"] == "cs.text_stats answered 1 of 1"
+        else:
+            assert summary["facts"]["Node.js agent"].startswith("skipped (")
+            assert done.stdout.count("demo: skipping cs.text_stats: ") == 1
+        # every agent's p50 is known, whichever of decision and outcome came first
+        assert all(row["p50_ms"] is not None for row in summary["agents"].values())
         assert f"mesh trace {compound['trace_id']}" in done.stdout
         settings = Settings.from_env(namespace=namespace)
         async with await connect(settings, name="test-demo") as conn:
