@@ -1,8 +1,9 @@
 """The raw aio-pika pipeline the load benchmark compares the mesh to: the same hops.
 
-client -> ``<ns>.ingress`` (direct) -> ``<ns>.router`` (x-max-priority 10) -> raw router
--> ``<ns>.capabilities`` (topic) -> ``<ns>.agent.<id>`` (x-max-priority 10, dead-letter
-exchange) -> raw worker -> the client's reply queue (default exchange). Names and queue
+client -> ``<ns>.ingress`` (direct) -> ``<ns>.router.normal`` -> raw router ->
+``<ns>.capabilities`` (topic) -> ``<ns>.agent.<id>.normal`` (dead-letter exchange) -> raw
+worker -> the client's reply queue (default exchange): the load's tasks all have the default
+priority, so the raw pipeline consumes only the normal band's queues. Names and queue
 arguments come from `mesh.topology.Topology`, every envelope and Result is persistent and
 published with a confirm before the consumed message is acked, and prefetches are the
 mesh's (router: Settings.prefetch; worker: one channel per agent queue, prefetch 4).
@@ -43,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.load_agents import agent_ids, parse_slice  # noqa: E402
 from mesh.config import Settings  # noqa: E402
-from mesh.topology import Topology, message_priority  # noqa: E402
+from mesh.topology import DEFAULT_BAND, Topology, message_priority  # noqa: E402
 
 JSON = "application/json"
 WORKER_PREFETCH = 4
@@ -130,7 +131,8 @@ class RawWorker:
         for agent in self.ids:
             channel = await _channel(self.conn, confirms=False, prefetch=WORKER_PREFETCH)
             await self.topology.declare(channel, self.topology.agent_spec(agent))
-            queue = await channel.get_queue(self.topology.agent_queue(agent), ensure=False)
+            name = self.topology.agent_queue(agent, DEFAULT_BAND)
+            queue = await channel.get_queue(name, ensure=False)
             await queue.consume(self._handler(agent))
 
     def _handler(self, agent: str) -> Any:

@@ -42,6 +42,7 @@ from mesh.topology import (
     CODE_HEADER,
     CONCURRENCY_HEADER,
     DEAD_REASONS,
+    DEFAULT_BAND,
     DEFERRED_HEADER,
     DELAY_HEADER,
     DETAILS_HEADER,
@@ -93,7 +94,10 @@ PARAMETER_DOCS: dict[str, str] = {
     "snapshotId": "the random id of one agent snapshot (a router's or `mesh agents`' feed)",
     "routerId": "the random id of one router's selector",
     "delay": "a retry delay in milliseconds, one of MESH_RETRY_DELAYS_MS",
-    "band": "a priority band (quorum queues): envelope priority 8-10 high, 4-7 normal, 1-3 low",
+    "band": (
+        "a priority band, one queue each, drained by weight (MESH_PRIORITY_WEIGHTS, 5:3:1): "
+        "envelope priority 8-10 high, 4-7 normal, 1-3 low"
+    ),
     "reason": "why a message was dead-lettered",
     "eventType": "the event's `type`",
 }
@@ -421,9 +425,9 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
     (the observer's bounded by `observer_max_length`: the setting's default without it)."""
     t = topology
     b = _Builder(t)
-    dispatch_key = t.agent_routing_key(AGENT)
-    if t.queue_type == "quorum":  # one key per band: agent.<id>.<band>
-        dispatch_key = dispatch_key.rsplit(".", 1)[0] + "." + BAND
+    # one key per band: agent.<id>.<band>, task.<band>
+    dispatch_key = t.agent_routing_key(AGENT).rsplit(".", 1)[0] + "." + BAND
+    ingress_key = t.ingress_band_key(5).rsplit(".", 1)[0] + "." + BAND
     # `Topology.retry_key`: <delay>.<dispatch key>; `dead_key`: dead.<reason>
     retry_key = f"{DELAY}.{dispatch_key}"
     dead_key = t.dead_key(DEAD_REASONS[0]).rsplit(".", 1)[0] + "." + REASON
@@ -435,8 +439,10 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
     b.exchange(
         "exchange.ingress",
         t.ingress,
-        t.ingress_key,
-        "Tasks from callers (any AMQP client: set reply_to and correlation_id for the Result).",
+        ingress_key,
+        "Tasks from callers, keyed by the band of their priority (any AMQP client: set "
+        f"reply_to and correlation_id for the Result; the bare key `{t.ingress_key}` lands "
+        f"in band {DEFAULT_BAND!r}).",
         ["task"],
     )
     b.exchange(
@@ -562,10 +568,14 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
     # queues of the namespace
     static = t.static_spec()
     queue_docs: dict[str, tuple[str, list[str]]] = {
-        t.router_queue: (
-            "Tasks for the routers (competing consumers), and dispatches coming back.",
+        name: (
+            f"Tasks of band {band!r} for the routers (competing consumers, each draining the "
+            "bands by weight), and dispatches of that band coming back.",
             ["task", "retriedTask"],
-        ),
+        )
+        for (name, _), (band, _) in zip(t.router_queues(), t.bands(), strict=True)
+    }
+    queue_docs |= {
         t.registry: (
             "Registry messages, for the registries.",
             [
@@ -747,8 +757,13 @@ def expand(row: Row, topology: Topology) -> list[tuple[str, str, str]]:
     """(operation id, channel id, summary) of each AsyncAPI operation of a documented `row`:
     one, or one per member of its family (`Row.each`)."""
     oid = f"{row.role}.{row.op}"
-    if row.each == "agent_queue":
-        queues = [_short(topology, q.name) for q in topology.agent_spec(AGENT).queues]
+    if row.each in ("agent_queue", "router_queue"):
+        names = (
+            [q.name for q in topology.agent_spec(AGENT).queues]
+            if row.each == "agent_queue"
+            else [name for name, _ in topology.router_queues()]
+        )
+        queues = [_short(topology, name) for name in names]
         return [
             (oid + cid[len(row.channel) :].replace(".", "").capitalize(), cid, row.summary)
             for cid in queues

@@ -279,7 +279,10 @@ class MeshClient(Lifecycle):
         sent = envelope
         published = with_retries(
             lambda: self.publisher.publish_envelope(
-                self.topology.ingress, self.topology.ingress_key, sent, mandatory=True
+                self.topology.ingress,
+                self.topology.ingress_band_key(sent.priority),
+                sent,
+                mandatory=True,
             ),
             self.publish_retry_s,
         )

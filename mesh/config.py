@@ -240,7 +240,8 @@ class Settings(BaseModel):
     ingress_burst_s: float = Field(default=2.0, gt=0)
 
     # --- queues --------------------------------------------------------------------------
-    #: ``quorum``: replicated queues (priorities by bands); ``classic``: single node
+    #: ``quorum``: replicated queues; ``classic``: single node (either way one queue per
+    #: priority band, drained by MESH_PRIORITY_WEIGHTS)
     queue_type: Literal["classic", "quorum"] = "classic"
     #: quorum queues end a poison message after this many deliveries
     delivery_limit: int = Field(default=5, ge=1)
@@ -438,6 +439,9 @@ class Settings(BaseModel):
     max_retries: int = Field(default=2, ge=0)
     #: the delay queues of the retry backoff, comma separated
     retry_delays_ms: tuple[int, ...] = (1_000, 5_000, 30_000)
+    #: weights of the priority bands high, normal, low: while bands wait, a router or a
+    #: worker hands freed slots out in this proportion (three whole numbers 1..100)
+    priority_weights: tuple[int, int, int] = (5, 3, 1)
     #: no task stays ``processing`` longer
     max_task_lifetime_s: float = Field(default=600.0, gt=0)
     #: a handler that shows no progress (``ctx.progress()``) this long is frozen: it is
@@ -469,6 +473,11 @@ class Settings(BaseModel):
     #: file of `pattern -> agent_id` lines a `MeshClient` follows when no router consumes
     #: ingress (unset: it fails with `NoRouter` instead)
     local_rules: Path | None = None
+
+    @field_validator("priority_weights", mode="before")
+    @classmethod
+    def _check_weights(cls, value: Any) -> Any:
+        return parse_weights(value)
 
     @field_validator("redis_sentinels")
     @classmethod
@@ -543,6 +552,11 @@ class Settings(BaseModel):
                         f"{ENV_PREFIX}RETRY_DELAYS_MS={raw!r} is not a comma-separated list "
                         "of milliseconds (e.g. 1000,5000,30000)"
                     ) from None
+            elif name == "priority_weights":
+                try:
+                    values[name] = parse_weights(raw)
+                except ValueError as exc:
+                    raise ConfigError(f"{ENV_PREFIX}PRIORITY_WEIGHTS={raw!r}: {exc}") from None
             elif raw == "" and name in _EMPTY_IS_NONE:
                 values[name] = None
             else:
@@ -574,6 +588,42 @@ class Settings(BaseModel):
     @property
     def redis_url_masked(self) -> str:
         return mask_url(self.redis_url.get_secret_value())
+
+
+#: the most one band may weigh (a weight is a share of slots, not a count)
+MAX_PRIORITY_WEIGHT = 100
+
+
+def parse_weights(value: Any) -> tuple[int, int, int]:
+    """Band weights high, normal, low from ``"5,3,1"`` (or ``5:3:1``) or a sequence.
+
+    Raises:
+        ValueError: not three whole numbers from 1 to `MAX_PRIORITY_WEIGHT`; the message
+            says what was wrong and shows the expected form.
+    """
+    if isinstance(value, str):
+        parts: list[Any] = [p.strip() for p in value.replace(":", ",").split(",")]
+    elif isinstance(value, list | tuple):
+        parts = list(value)
+    else:
+        raise ValueError(f"expected weights high,normal,low (e.g. 5,3,1), got {value!r}")
+    expected = "three whole numbers high,normal,low, e.g. 5,3,1"
+    if len(parts) != 3:
+        raise ValueError(f"{len(parts)} weight(s) given; expected {expected}")
+    weights = []
+    for part in parts:
+        if isinstance(part, bool) or not (
+            isinstance(part, int) or (isinstance(part, str) and part.isdigit())
+        ):
+            raise ValueError(f"weight {part!r} is not a whole number; expected {expected}")
+        weight = int(part)
+        if not 1 <= weight <= MAX_PRIORITY_WEIGHT:
+            raise ValueError(
+                f"weight {weight} is outside 1..{MAX_PRIORITY_WEIGHT} (a band of weight 0 "
+                f"would starve); expected {expected}"
+            )
+        weights.append(weight)
+    return weights[0], weights[1], weights[2]
 
 
 def default_of(name: str) -> Any:

@@ -44,9 +44,9 @@ Action = Literal["send", "receive"]
 #: when a row happens: always, only under access control, or only without it (``open``:
 #: no grant, the provisioned users are for access control)
 When = Literal["always", "access", "open"]
-#: rows repeated per channel of a family: each agent queue (one per band in quorum mode),
-#: each dead-letter reason
-Each = Literal["agent_queue", "dead_reason"]
+#: rows repeated per channel of a family: each router queue and each agent queue (one per
+#: priority band), each dead-letter reason
+Each = Literal["router_queue", "agent_queue", "dead_reason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,8 +287,9 @@ TABLE: tuple[Row, ...] = (
         "queue.router",
         ("task", "retriedTask"),
         "Tasks to route, and dispatches back from agent queues",
-        Consume(lambda w: lit(w.topology.router_queue)),
+        Consume(lambda w: "(?:" + "|".join(lit(q) for q, _ in w.topology.router_queues()) + ")"),
         ack=True,
+        each="router_queue",
     ),
     Row(
         "router",

@@ -43,7 +43,8 @@ INVALID_KEEP_BYTES = 64 * 1024
 INSTANCE_HEADER = "x-mesh-instance-id"
 AGENT_HEADER = "x-mesh-agent-id"
 CONCURRENCY_HEADER = "x-mesh-max-concurrency"
-#: AMQP priorities 1..10 map onto x-max-priority 10
+#: envelope priorities 1..10 (the AMQP priority property carries the same number; no queue
+#: is a priority queue: the band a priority falls in is, `priority_band`)
 MAX_PRIORITY = 10
 #: binding keys of an observer's queue that carry no request text (``route.decision`` and
 #: ``route.learned`` do): under access control its grant allows these, and ``#`` only with
@@ -68,8 +69,13 @@ CODE_HEADER = "x-mesh-code"
 #: how long a task's copy waits in the human queue (x-message-ttl): its record in Redis,
 #: which `mesh human` reads, lives `idempotency_ttl_s` (default the same 24 h)
 HUMAN_COPY_TTL_MS = 86_400_000
-#: quorum mode: priority bands and the order a worker drains them in (weights 5:3:1)
+#: the priority bands, highest first, with their default weights (5:3:1;
+#: `Settings.priority_weights` sets them): in both queue modes the router queue and each
+#: agent queue are one queue per band, and a consumer drains its bands by weight
+#: (`mesh.wire.bands`), so a flood of one band never starves another
 PRIORITY_BANDS: tuple[tuple[str, int], ...] = (("high", 5), ("normal", 3), ("low", 1))
+#: the band of an ingress publish that names none (the bare `Topology.ingress_key`)
+DEFAULT_BAND = "normal"
 
 
 def redacts_decisions(access_control: bool, observer_reads_requests: bool) -> bool:
@@ -96,7 +102,7 @@ def event_type_bindings(pattern: str) -> tuple[str, ...]:
 
 
 def priority_band(priority: int) -> str:
-    """Band of an envelope priority in quorum mode: 8-10 high, 4-7 normal, 1-3 low."""
+    """Band of an envelope priority: 8-10 high, 4-7 normal, 1-3 low."""
     if priority >= 8:
         return "high"
     if priority >= 4:
@@ -155,6 +161,8 @@ class Topology:
     queue_type: Literal["classic", "quorum"] = _setting("queue_type")
     delivery_limit: int = _setting("delivery_limit")
     retry_delays_ms: tuple[int, ...] = _setting("retry_delays_ms")
+    #: weight of each of `PRIORITY_BANDS` (high, normal, low) when bands contend
+    priority_weights: tuple[int, ...] = _setting("priority_weights")
     dead_letter_max_length: int = _setting("dead_letter_max_length")
     dead_letter_ttl_s: int = _setting("dead_letter_ttl_s")
     #: ``passive``: `declare` only checks that the objects exist (the admin applied them)
@@ -167,6 +175,9 @@ class Topology:
             queue_type=settings.queue_type,
             delivery_limit=settings.delivery_limit,
             retry_delays_ms=tuple(sorted(set(settings.retry_delays_ms))),
+            priority_weights=tuple(
+                getattr(settings, "priority_weights", _setting("priority_weights"))
+            ),
             dead_letter_max_length=settings.dead_letter_max_length,
             dead_letter_ttl_s=settings.dead_letter_ttl_s,
             mode=getattr(settings, "topology", _setting("topology")),
@@ -178,14 +189,41 @@ class Topology:
         """Exchange (direct) clients publish envelopes to."""
         return f"{self.namespace}.ingress"
 
+    def router_band_queue(self, band: str) -> str:
+        """Queue of one priority band of the routers' intake (competing consumers)."""
+        return f"{self.namespace}.router.{band}"
+
+    def router_queues(self) -> list[tuple[str, int]]:
+        """(queue, weight) pairs every router consumes, highest priority first."""
+        return [(self.router_band_queue(b), w) for b, w in self.bands()]
+
     @property
     def router_queue(self) -> str:
-        """Queue the routers consume as competing consumers."""
+        """The routers' queue of the default band: every router consumes each of
+        `router_queues`, so this one's consumers are the routers (health, `NoRouter`)."""
+        return self.router_band_queue(DEFAULT_BAND)
+
+    @property
+    def legacy_router_queue(self) -> str:
+        """The single router queue of releases before the bands: still bound to ingress, it
+        keeps a copy of every task published with the bare key until it is deleted
+        (README: Priorities, upgrading)."""
         return f"{self.namespace}.router"
 
     @property
     def ingress_key(self) -> str:
+        """The bare ingress key: lands in the default band (`ingress_band_key` names one)."""
         return "task"
+
+    def ingress_band_key(self, priority: int) -> str:
+        """Ingress key of a task of `priority`: ``task.<band>``, its band's router queue."""
+        return f"{self.ingress_key}.{priority_band(priority)}"
+
+    def bands(self) -> list[tuple[str, int]]:
+        """(band, weight) of each priority band, highest first, with the configured weights."""
+        return [
+            (band, w) for (band, _), w in zip(PRIORITY_BANDS, self.priority_weights, strict=True)
+        ]
 
     @property
     def capabilities(self) -> str:
@@ -228,20 +266,17 @@ class Topology:
         return f"{self.namespace}.dlx"
 
     def agent_queue(self, agent_id: str, band: str | None = None) -> str:
-        """Queue of a logical agent (quorum mode: one per priority band)."""
+        """Queue of one priority band of a logical agent; without `band`, the name its band
+        queues extend (an agent's single queue of releases before the bands)."""
         base = f"{self.namespace}.agent.{agent_id}"
         return base if band is None else f"{base}.{band}"
 
     def agent_queues(self, agent_id: str) -> list[tuple[str, int]]:
         """(queue, weight) pairs a worker of `agent_id` consumes, highest priority first."""
-        if self.queue_type == "classic":
-            return [(self.agent_queue(agent_id), 1)]
-        return [(self.agent_queue(agent_id, band), w) for band, w in PRIORITY_BANDS]
+        return [(self.agent_queue(agent_id, band), w) for band, w in self.bands()]
 
     def agent_routing_key(self, agent_id: str, priority: int = 5) -> str:
         """Routing key of a dispatch to `agent_id` on the capabilities exchange."""
-        if self.queue_type == "classic":
-            return f"agent.{agent_id}"
         return f"agent.{agent_id}.{priority_band(priority)}"
 
     def agent_of_routing_key(self, routing_key: str) -> str | None:
@@ -252,11 +287,9 @@ class Topology:
             routing_key = rest
         if not routing_key.startswith("agent."):
             return None
-        rest = routing_key[len("agent.") :]
-        if self.queue_type == "quorum":
-            rest, _, band = rest.rpartition(".")
-            if band not in {b for b, _ in PRIORITY_BANDS}:
-                return None
+        rest, _, band = routing_key[len("agent.") :].rpartition(".")
+        if band not in {b for b, _ in PRIORITY_BANDS}:
+            return None
         return rest or None
 
     def instance_queue(self, instance_id: str) -> str:
@@ -374,7 +407,7 @@ class Topology:
         never held up)."""
         queue = self.observer_queue(user, name)
         args = {
-            **self._queue_args(priority=False),
+            **self._queue_args(),
             "x-max-length": max_length,
             "x-overflow": "drop-head",
         }
@@ -398,16 +431,16 @@ class Topology:
         return f"dead.{reason}"
 
     # --- specs -----------------------------------------------------------------------------
-    def _queue_args(self, *, priority: bool) -> dict[str, Any]:
+    def _queue_args(self) -> dict[str, Any]:
         if self.queue_type == "quorum":
             return {"x-queue-type": "quorum", "x-delivery-limit": self.delivery_limit}
-        return {"x-max-priority": MAX_PRIORITY} if priority else {}
+        return {}
 
     def _dead_letter_args(self) -> dict[str, Any]:
         """Bounded dead-letter queues: past `dead_letter_max_length` the broker refuses a
         letter (the sender counts and reports the drop), older ones than the TTL go."""
         args = {
-            **self._queue_args(priority=False),
+            **self._queue_args(),
             "x-max-length": self.dead_letter_max_length,
             "x-overflow": "reject-publish",
         }
@@ -432,24 +465,20 @@ class Topology:
             ExchangeSpec(self.retry, ExchangeType.TOPIC),
             ExchangeSpec(self.dlx, ExchangeType.TOPIC),
         )
-        router_args = self._queue_args(priority=True)
         queues: list[QueueSpec] = [
-            QueueSpec(self.router_queue, router_args),
-            QueueSpec(self.registry, self._queue_args(priority=False)),
-            QueueSpec(self.results, self._queue_args(priority=False)),
-            QueueSpec(self.feedback, self._queue_args(priority=False)),
+            *(QueueSpec(name, self._queue_args()) for name, _ in self.router_queues()),
+            QueueSpec(self.registry, self._queue_args()),
+            QueueSpec(self.results, self._queue_args()),
+            QueueSpec(self.feedback, self._queue_args()),
             QueueSpec(
                 self.human,
-                {**self._queue_args(priority=False), "x-message-ttl": HUMAN_COPY_TTL_MS},
+                {**self._queue_args(), "x-message-ttl": HUMAN_COPY_TTL_MS},
             ),
         ]
         bindings: list[BindingSpec] = [
+            # a publish that names no band lands in the default one
             BindingSpec(self.ingress, self.router_queue, self.ingress_key),
-            # dispatches that expired or were rejected in an agent queue come back to a
-            # router, which reroutes them (or ends them) -- docs/design.md section 7
-            BindingSpec(self.dlx, self.router_queue, "agent.#"),
-            # ...and retried ones, whose key still carries the delay (`retry_key`)
-            BindingSpec(self.dlx, self.router_queue, "*.agent.#"),
+            *self._router_band_bindings(),
             BindingSpec(self.registry, self.registry, self.registry_key),
             BindingSpec(self.results, self.results, self.results_key),
             BindingSpec(self.feedback, self.feedback, self.feedback_key),
@@ -458,7 +487,7 @@ class Topology:
         for delay in self.retry_delays_ms:
             name = self.retry_queue(delay)
             args = {
-                **self._queue_args(priority=False),
+                **self._queue_args(),
                 "x-message-ttl": delay,
                 "x-dead-letter-exchange": self.capabilities,
             }
@@ -470,21 +499,26 @@ class Topology:
             bindings.append(BindingSpec(self.dlx, name, self.dead_key(reason)))
         return TopologySpec(exchanges, tuple(queues), tuple(bindings))
 
+    def _router_band_bindings(self) -> list[BindingSpec]:
+        bindings = []
+        for band, _ in PRIORITY_BANDS:
+            queue = self.router_band_queue(band)
+            bindings += [
+                BindingSpec(self.ingress, queue, f"{self.ingress_key}.{band}"),
+                # dispatches that expired or were rejected in an agent queue come back to
+                # a router, in their band, which reroutes them (or ends them) --
+                # docs/design.md section 7; and retried ones, whose key still has the delay
+                # (`retry_key`)
+                BindingSpec(self.dlx, queue, f"agent.#.{band}"),
+                BindingSpec(self.dlx, queue, f"*.agent.#.{band}"),
+            ]
+        return bindings
+
     def agent_spec(self, agent_id: str) -> TopologySpec:
-        """The queue(s) of one logical agent and their bindings."""
-        args = {**self._queue_args(priority=True), "x-dead-letter-exchange": self.dlx}
+        """The queues of one logical agent (one per priority band) and their bindings."""
+        args = {**self._queue_args(), "x-dead-letter-exchange": self.dlx}
         # each queue takes its dispatch key, and the same key behind a retry delay (a
         # retried task comes back from its delay queue with `retry_key`)
-        if self.queue_type == "classic":
-            name = self.agent_queue(agent_id)
-            key = self.agent_routing_key(agent_id)
-            return TopologySpec(
-                queues=(QueueSpec(name, args),),
-                bindings=(
-                    BindingSpec(self.capabilities, name, key),
-                    BindingSpec(self.capabilities, name, f"*.{key}"),
-                ),
-            )
         queues = []
         bindings = []
         for band, _ in PRIORITY_BANDS:
@@ -530,7 +564,7 @@ class Topology:
         for q in spec.queues:
             if q.name.startswith(prefix):
                 agent = q.name[len(prefix) :]
-                if self.queue_type == "quorum" and agent.endswith(bands):
+                if agent.endswith(bands):
                     agent = agent.rsplit(".", 1)[0]
                 agents.add(agent)
         extra = "".join(f" --agent {a}" for a in sorted(agents))

@@ -136,7 +136,10 @@ async def replay(
                 continue
             fresh = replayed(envelope, target)
             await publisher.publish_envelope(
-                conn.topology.ingress, conn.topology.ingress_key, fresh, mandatory=True
+                conn.topology.ingress,
+                conn.topology.ingress_band_key(fresh.priority),
+                fresh,
+                mandatory=True,
             )
             await message.ack()
             done.append((envelope.task_id, fresh.task_id))

@@ -1,9 +1,11 @@
-"""The router process: consumes `mesh.router` and runs each delivery through its steps.
+"""The router process: consumes the router queues and runs each delivery through its steps.
 
-Routers are stateless competing consumers: any number of them can share the queue. The
+Routers are stateless competing consumers: any number of them can share the queues, one
+per priority band (`Topology.router_queues`), drained by weight by the same
+`mesh.wire.BandedSubscriber` a worker drains its agent's bands with. The
 shape is the worker's: `RouterService` subscribes and runs the steps in order over one
 frozen `RouterDeps` (built once at start, with the guard, the reply path and the hooks
-chosen there), on a `mesh.wire.Subscriber` whose settle policy, `RouterSettler`, is the
+chosen there), on subscribers whose settle policy, `RouterSettler`, is the
 only code that acks or nacks. The steps, one file
 each:
 
@@ -43,6 +45,7 @@ from mesh.router.endings import Endings
 from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import guard_for
 from mesh.router.intake import Intake
+from mesh.router.legacy import report_legacy_router_queue
 from mesh.router.plan import NoSelector, RouteChoice, Selector
 from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
@@ -50,7 +53,7 @@ from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
 from mesh.schemas import TaskEnvelope, new_id
 from mesh.topology import redacts_decisions
-from mesh.wire import Subscriber
+from mesh.wire import BandedSubscriber
 
 logger = logging.getLogger(__name__)
 
@@ -88,14 +91,16 @@ class RouterService(Lifecycle):
         #: the Results of compound requests' children (any router's), merged
         self.compound_replies = CompoundReplies(conn, self.publisher, self.store, self.router_id)
         self.deps: RouterDeps | None = None
-        self._settler: RouterSettler | None = None
-        self._intake_sub: Subscriber | None = None
+        self._intake_sub: BandedSubscriber | None = None
         self._reaper_task: asyncio.Task[None] | None = None
 
     # --- counters (read by `mesh.metrics` at scrape time) ----------------------------------
     @property
     def handled(self) -> int:
-        return self._settler.handled if self._settler is not None else 0
+        intake = self._intake_sub
+        if intake is None:
+            return 0
+        return sum(p.handled for p in intake.policies if isinstance(p, RouterSettler))
 
     @property
     def duplicates(self) -> int:
@@ -131,28 +136,33 @@ class RouterService(Lifecycle):
         self._compound = Compound(
             deps, self._intake, self._chooser, self._dispatcher, self._endings
         )
-        self._settler = RouterSettler(self._endings)
         return deps
 
     async def start(self) -> None:
-        """Declare the topology and consume the router queue; a second call does nothing."""
+        """Declare the topology and consume the router queues; a second call does nothing."""
         if self._intake_sub is not None:
             return
         await self.publisher.start()
         await self.topology.declare(self.publisher.channel)
+        await report_legacy_router_queue(self.conn)
         self.deps = deps = self._compose()
-        assert self._settler is not None
         # before the router queue: children's Results must find their queue
         await self.compound_replies.start()
-        subscriber = Subscriber(
+        endings = self._endings
+        # `prefetch` deliveries routed at once, shared by the bands by weight while they wait
+        subscriber = BandedSubscriber(
             self.conn,
-            self.topology.router_queue,
-            self._on_message,
-            self._settler,
-            prefetch=self.settings.prefetch,
+            self.topology.router_queues(),
+            self._on_delivery,
+            lambda: RouterSettler(endings),
+            slots=self.settings.prefetch,
         )
-        await subscriber.start()
-        self._intake_sub = subscriber
+        self._intake_sub = subscriber  # before its first delivery (`_on_delivery` reads it)
+        try:
+            await subscriber.start()
+        except BaseException:
+            self._intake_sub = None
+            raise
         self._reaper_task = asyncio.create_task(self.reaper.run(REAPER_INTERVAL_S))
         if self.results is not None:
             self.results.hooks = deps.hooks
@@ -160,7 +170,9 @@ class RouterService(Lifecycle):
         if self.feedback is not None:
             await self.feedback.start()
         deps.hooks.attach("router", self)
-        logger.info("router consuming %s", self.topology.router_queue)
+        logger.info(
+            "router consuming %s", ", ".join(name for name, _ in self.topology.router_queues())
+        )
 
     async def close(self) -> None:
         if self.deps is not None:
@@ -180,6 +192,12 @@ class RouterService(Lifecycle):
         await self.publisher.close()
 
     # --- per message -----------------------------------------------------------------------
+    async def _on_delivery(self, message: AbstractIncomingMessage, band: int) -> None:
+        """One delivery of a band's queue, routed holding one of the router's slots."""
+        assert self._intake_sub is not None
+        async with self._intake_sub.slot(band):
+            await self._on_message(message)
+
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         """One delivery of the router queue; `RouterSettler` settles it (outage, bug)."""
         await self.route(

@@ -1,5 +1,7 @@
-"""The mesh's AMQP plumbing shared by every role: `Subscriber` and its settle policies."""
+"""The mesh's AMQP plumbing shared by every role: `Subscriber` and its settle policies, and
+`BandedSubscriber`, which drains priority bands by weight."""
 
+from mesh.wire.bands import BandedSubscriber, BandGate, BandHandler
 from mesh.wire.consume import (
     AckAfter,
     AckBatched,
@@ -16,6 +18,9 @@ from mesh.wire.consume import (
 __all__ = [
     "AckAfter",
     "AckBatched",
+    "BandGate",
+    "BandHandler",
+    "BandedSubscriber",
     "BugAction",
     "Declare",
     "Handler",

@@ -14,7 +14,6 @@ tasks up to the grace (or a `hurry`) -> hand the rest back to the agent's own qu
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -34,10 +33,9 @@ from mesh.messaging import Publisher
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.schemas import InvalidEnvelope, TaskEnvelope, decode, new_id, now_ms
 from mesh.topology import DEFERRED_HEADER
-from mesh.wire import Manual, Subscriber
+from mesh.wire import BandedSubscriber, Manual
 from mesh.worker.agent import Agent
 from mesh.worker.answers import answers_for
-from mesh.worker.bands import BandGate
 from mesh.worker.context import TaskContext
 from mesh.worker.control import ControlConsumer
 from mesh.worker.deps import HandoffClient, TaskDeps, WorkerDeps
@@ -139,8 +137,9 @@ class WorkerRuntime(Lifecycle):
             *ContractMiddleware.of(agent),
             *middleware,
         ]
-        #: one per band; the `Settler` settles what they deliver (a manual policy)
-        self._consumers: list[Subscriber] = []
+        #: the agent's band queues, drained by weight; the `Settler` settles what they
+        #: deliver (a manual policy)
+        self._bands: BandedSubscriber | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         #: task_id -> the local run, so a redelivery of a running task waits for it
         self._running: dict[str, asyncio.Task[Any]] = {}
@@ -160,7 +159,6 @@ class WorkerRuntime(Lifecycle):
         self._frozen: dict[str, int] = {}
         self._state: str = "new"  # new -> started -> closed
         self._chain: CallNext | None = None
-        self._gate = BandGate(agent.max_concurrency, [1])
         self.executed = 0
         #: deliveries received (runs, redeliveries, hand-backs: a storm shows here)
         self.deliveries = 0
@@ -226,22 +224,17 @@ class WorkerRuntime(Lifecycle):
             self.publisher.channel, self.topology.agent_spec(self.agent.agent_id)
         )
         await self.membership.start(lambda: self.in_flight, self.stuck)
-        queues = self.topology.agent_queues(self.agent.agent_id)
-        concurrency = self.agent.max_concurrency
-        # quorum bands: one channel each, each prefetching the whole concurrency (one band
-        # alone keeps every slot busy); the gate shares the slots, and while several bands
-        # wait, a backlog drains high:normal:low at 5:3:1
-        self._gate = BandGate(concurrency, [weight for _, weight in queues])
-        for band, (name, _weight) in enumerate(queues):
-            consumer = Subscriber(
-                self.conn,
-                name,
-                functools.partial(self._on_message, band=band),
-                Manual("tasks"),
-                prefetch=concurrency,
-            )
-            self._consumers.append(consumer)
-            await consumer.start()
+        # the band queues: one channel each (one band alone keeps every slot busy); the gate
+        # shares the slots, and while several bands wait, they drain by
+        # `Settings.priority_weights`
+        self._bands = BandedSubscriber(
+            self.conn,
+            self.topology.agent_queues(self.agent.agent_id),
+            self._on_message,
+            lambda: Manual("tasks"),
+            slots=self.agent.max_concurrency,
+        )
+        await self._bands.start()
         await self.control.start()
         self.hooks.attach("worker", self)
         logger.info("worker %s consuming agent=%s", self.instance_id, self.agent.agent_id)
@@ -271,11 +264,9 @@ class WorkerRuntime(Lifecycle):
             logger.critical("worker task crashed", exc_info=task.exception())
 
     async def _gated(self, message: AbstractIncomingMessage, band: int) -> None:
-        await self._gate.acquire(band)
-        try:
+        assert self._bands is not None
+        async with self._bands.slot(band):
             await self._run(message)
-        finally:
-            self._gate.release()
 
     async def _run(self, message: AbstractIncomingMessage) -> None:
         settler = self.settler
@@ -440,8 +431,8 @@ class WorkerRuntime(Lifecycle):
         self._state = "closed"
         grace_s = self.grace_s if grace_s is None else grace_s
         await self.control.close()  # a draining instance no longer bids
-        for consumer in self._consumers:
-            await consumer.stop()
+        if self._bands is not None:
+            await self._bands.stop()
         if self._tasks:
             logger.warning(
                 "worker %s draining: %d task(s) in flight, waiting up to %g s for them "
@@ -489,9 +480,9 @@ class WorkerRuntime(Lifecycle):
         client, self._client = self._client, None
         if client is not None:
             await client.close()
-        consumers, self._consumers = self._consumers, []
-        for consumer in consumers:
-            await consumer.close()
+        bands, self._bands = self._bands, None
+        if bands is not None:
+            await bands.close()
         await self.replied.close()
         await self.publisher.close()
 

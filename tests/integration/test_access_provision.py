@@ -120,11 +120,13 @@ async def _refused_in_redis(
 async def test_a_client_cannot_read_an_agent_queue(mesh_access: Provisioned, login: Opener) -> None:
     conn = await login(mesh_access.creds(Role("client", CLIENT)))
     channel = await conn.channel()
-    queue = await channel.get_queue(mesh_access.topology.agent_queue(AGENT_A), ensure=False)
+    queue = await channel.get_queue(
+        mesh_access.topology.agent_queue(AGENT_A, "normal"), ensure=False
+    )
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused) as info:
         await queue.consume(_ignore)
     text = _refused(info.value, 403, "ACCESS_REFUSED")
-    assert f"access to queue '{mesh_access.topology.agent_queue(AGENT_A)}'" in text
+    assert f"access to queue '{mesh_access.topology.agent_queue(AGENT_A, 'normal')}'" in text
 
 
 async def test_a_client_cannot_bind_to_the_ingress_exchange(
@@ -196,7 +198,7 @@ async def test_a_worker_consumes_its_own_agent_queue(
     )
     worker = await login(mesh_access.creds(Role("worker", AGENT_A)))
     channel = await worker.channel()
-    queue = await channel.get_queue(topology.agent_queue(AGENT_A), ensure=False)
+    queue = await channel.get_queue(topology.agent_queue(AGENT_A, "normal"), ensure=False)
     got: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
     await queue.consume(got.put)
     message = await asyncio.wait_for(got.get(), timeout=5)
@@ -209,11 +211,13 @@ async def test_a_worker_cannot_consume_another_agents_queue(
 ) -> None:
     conn = await login(mesh_access.creds(Role("worker", AGENT_B)))
     channel = await conn.channel()
-    queue = await channel.get_queue(mesh_access.topology.agent_queue(AGENT_A), ensure=False)
+    queue = await channel.get_queue(
+        mesh_access.topology.agent_queue(AGENT_A, "normal"), ensure=False
+    )
     with pytest.raises(aiormq.exceptions.ChannelAccessRefused) as info:
         await queue.consume(_ignore)
     text = _refused(info.value, 403, "ACCESS_REFUSED")
-    assert f"access to queue '{mesh_access.topology.agent_queue(AGENT_A)}'" in text
+    assert f"access to queue '{mesh_access.topology.agent_queue(AGENT_A, 'normal')}'" in text
 
 
 async def test_a_worker_cannot_dispatch_to_another_agent(

@@ -25,7 +25,7 @@ def settings(namespace: str) -> Settings:
 async def test_quorum_bands_round_trip(conn: MeshConnection, add_cleanup: Any) -> None:
     await start_router(conn, add_cleanup)
     worker = await start_worker(conn, add_cleanup, effect_agent(conn))
-    assert len(worker._consumers) == 3
+    assert worker._bands is not None and len(worker._bands.subscribers) == 3
     async with MeshClient(conn) as client:
         results = await asyncio.gather(
             *(

@@ -149,7 +149,7 @@ async def test_a_two_hop_request_shows_both_hops_in_mesh_trace(
     view = json.loads(out)
     assert view["figures"]["agents"]["back"]["tasks"] == {"completed": 1}
     assert view["figures"]["agents"]["front"]["success_rate"] == 1.0
-    assert conn.topology.agent_queue("back") in {q["name"] for q in view["queues"]}
+    assert conn.topology.agent_queue("back", "normal") in {q["name"] for q in view["queues"]}
 
     # unknown and malformed ids
     code, _, err = await run_cli(conn.settings, tmp_path, "trace", "no-such-trace")

@@ -366,7 +366,8 @@ async def test_a_dispatch_that_failed_leaves_load_breaker_and_learning_untouched
     assert selector is not None
     # the agent is registered and live, but its queue is gone: the publish is returned
     channel = await conn.channel()
-    await channel.queue_delete(conn.topology.agent_queue("refunds"))
+    for queue, _ in conn.topology.agent_queues("refunds"):
+        await channel.queue_delete(queue)
     await channel.close()
     load_before = selector.index.stats("refunds").load
     async with MeshClient(conn) as client:

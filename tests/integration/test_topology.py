@@ -41,9 +41,11 @@ async def test_management_api_shows_every_exchange_and_queue(
     queues = {q["name"]: q for q in await asyncio.to_thread(management.queues)}
     for q in definitions["queues"]:
         assert queues[q["name"]]["arguments"] == q["arguments"], q["name"]
-    agent_q = queues[topology.agent_queue("refund")]
-    assert agent_q["arguments"] == {"x-max-priority": 10, "x-dead-letter-exchange": topology.dlx}
-    assert queues[topology.router_queue]["arguments"] == {"x-max-priority": 10}
+    # no priority queue: the band a task's priority falls in is its queue
+    for band in ("high", "normal", "low"):
+        agent_q = queues[topology.agent_queue("refund", band)]
+        assert agent_q["arguments"] == {"x-dead-letter-exchange": topology.dlx}
+        assert queues[topology.router_band_queue(band)]["arguments"] == {}
     retry = queues[topology.retry_queue(topology.retry_delays_ms[0])]
     assert retry["arguments"]["x-message-ttl"] == topology.retry_delays_ms[0]
     assert retry["arguments"]["x-dead-letter-exchange"] == topology.capabilities
@@ -54,6 +56,33 @@ async def test_declaration_is_idempotent(conn: MeshConnection) -> None:
     channel = await conn.channel()
     for _ in range(2):
         await conn.topology.declare(channel)
+
+
+def test_both_queue_modes_have_a_queue_per_band() -> None:
+    for mode in ("classic", "quorum"):
+        topology = Topology(namespace="q", queue_type=mode)  # type: ignore[arg-type]
+        spec = topology.agent_spec("a")
+        assert [q.name for q in spec.queues] == [
+            "q.agent.a.high",
+            "q.agent.a.normal",
+            "q.agent.a.low",
+        ]
+        routers = [q.name for q in topology.static_spec().queues if ".router." in q.name]
+        assert routers == ["q.router.high", "q.router.normal", "q.router.low"]
+        assert topology.ingress_band_key(9) == "task.high"
+        assert topology.ingress_band_key(1) == "task.low"
+        bound = {
+            (b.exchange, b.routing_key)
+            for b in topology.static_spec().bindings
+            if b.queue == "q.router.normal"
+        }
+        # the bare key too (a publisher that names no band), and dispatches coming back
+        assert bound == {
+            ("q.ingress", "task"),
+            ("q.ingress", "task.normal"),
+            ("q.dlx", "agent.#.normal"),
+            ("q.dlx", "*.agent.#.normal"),
+        }
 
 
 def test_quorum_topology_keeps_priority_with_bands() -> None:

@@ -324,8 +324,7 @@ def test_servers_are_the_configured_broker_with_credentials_masked() -> None:
 def test_parameters_give_the_real_names_and_keys(topology: Topology, doc: dict[str, Any]) -> None:
     channels = doc["channels"]
     delay = topology.retry_delays_ms[0]
-    high = "high" if topology.queue_type == "quorum" else ""
-    params = {"agentId": "pay", "band": high, "delay": str(delay), "instanceId": "pay-1"}
+    params = {"agentId": "pay", "band": "high", "delay": str(delay), "instanceId": "pay-1"}
     dispatch = substitute(channels["exchange.capabilities"]["address"], **params)
     assert dispatch == topology.agent_routing_key("pay", 9)
     retry = substitute(channels["exchange.retries"]["address"], **params)
@@ -341,11 +340,14 @@ def test_parameters_give_the_real_names_and_keys(topology: Topology, doc: dict[s
         assert topology.dead_key(reason) == substitute(
             channels["exchange.dlx.dead"]["address"], reason=reason
         )
-    if topology.queue_type == "quorum":
-        bands = channels["exchange.capabilities"]["parameters"]["band"]["enum"]
-        assert bands == [b for b, _ in PRIORITY_BANDS]
-        receivers = [op for op in doc["operations"] if op.startswith("worker.receiveTask")]
-        assert len(receivers) == len(PRIORITY_BANDS)
+    # both queue modes: one queue per band, for the routers and for each agent
+    bands = channels["exchange.capabilities"]["parameters"]["band"]["enum"]
+    assert bands == [b for b, _ in PRIORITY_BANDS]
+    ingress = substitute(channels["exchange.ingress"]["address"], **params)
+    assert ingress == topology.ingress_band_key(9)
+    for role in ("worker", "router"):
+        receivers = [op for op in doc["operations"] if op.startswith(f"{role}.receiveTask")]
+        assert len(receivers) == len(PRIORITY_BANDS), role
 
 
 # --- the committed file ------------------------------------------------------------------

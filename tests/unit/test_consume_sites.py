@@ -48,7 +48,8 @@ def test_the_allow_list_holds_only_sites_that_still_consume() -> None:
 
 
 def test_the_moved_sites_use_the_subscriber() -> None:
-    """The consume sites of the issue each build a `Subscriber`."""
+    """The consume sites of the issue each build a `Subscriber` (or a `BandedSubscriber`,
+    one `Subscriber` per priority band)."""
     sites = [
         "mesh/router/service.py",
         "mesh/client.py",
@@ -69,7 +70,7 @@ def test_the_moved_sites_use_the_subscriber() -> None:
         built = any(
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
-            and node.func.id == "Subscriber"
+            and node.func.id in ("Subscriber", "BandedSubscriber")
             for node in ast.walk(tree)
         )
         assert built, f"{site} does not consume through mesh.wire.Subscriber"

@@ -79,7 +79,7 @@ async def test_a_client_under_access_control_refuses_local_rules_naming_the_gran
         await client.start()  # refused before any I/O
     assert str(raised.value) == (
         "local_rules cannot be followed under access control: a client's user may publish to "
-        "t.ingress only, not to t.capabilities (keys agent.support.refunds), and "
+        "t.ingress only, not to t.capabilities (keys agent.support.refunds.normal), and "
         "`mesh access provision` grants no more; unset local_rules"
     )
 
