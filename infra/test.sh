@@ -11,7 +11,7 @@ if [ "$#" -gt 0 ]; then # the tests you name, as you name them
   echo "== pytest"; .venv/bin/python -m pytest -q "$@"
   exit
 fi
-echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster"
+echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster" --durations=20
 # the same mesh tests again, each component under its own provisioned broker and Redis
 # user with access control on (tests/access_mode.py lists the modules and says how)
 echo "== pytest access control on"

@@ -59,8 +59,12 @@ async def test_each_cause_has_its_code_on_the_wire(
     embedder: Embedder, mesh_env: Callable[..., Awaitable[MeshConnection]]
 ) -> None:
     conn = await mesh_env()
-    # a fallback agent is configured but never runs: below the threshold is unroutable
-    conn.settings = conn.settings.model_copy(update={"fallback_agent": "helpdesk"})
+    # a fallback agent is configured but never runs: below the threshold is unroutable;
+    # no return window, so a stopped agent counts as gone at once (test_story_agent_gone
+    # covers the window)
+    conn.settings = conn.settings.model_copy(
+        update={"fallback_agent": "helpdesk", "agent_return_window_s": 0}
+    )
     mesh = SemanticMesh(conn, embedder)
     try:
         await mesh.start(REFUNDS, _picky(), LOGISTICS)
