@@ -59,7 +59,7 @@ ROUTER_RECHECK_S = 1.5
 #: a waiting request fails with `NoRouter` once every look for this long found no router
 #: and ingress messages waiting: longer than a router's failover to another cluster node or
 #: its restart in a deploy, which a waiting request must outlive (its task is routed then)
-ROUTERLESS_S = 10.0
+ROUTERLESS_S = 20.0
 #: how `route.strategy` marks a task a local rule sent
 LOCAL_RULE_ROUTE = RouteInfo(strategy="local_rule")
 
