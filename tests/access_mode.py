@@ -39,9 +39,11 @@ ENABLED = os.environ.get("MESH_TEST_ACCESS_CONTROL") == "1"
 
 #: the modules ``infra/test.sh`` runs again with access control on (paths from the root):
 #: the ones that build their mesh from the shared fixtures, `dispatch_kit` and
-#: `routing_kit`. Not here: plain-AMQP callers with server-named reply queues
-#: (test_standard_rpc: under access control a caller's reply queue is its user's), tests
-#: that start services as processes or restart the broker, Redis or the cluster.
+#: `routing_kit` (every story; test_story_worker_stop's `mesh worker` processes log in as
+#: the agent's worker user, `AccessMode.settings_of`). Not here: plain-AMQP callers with
+#: server-named reply queues (test_standard_rpc: under access control a caller's reply
+#: queue is its user's), tests that start the mesh's services as processes with the shared
+#: user or restart the broker, Redis or the cluster.
 MODULES = (
     "tests/integration/test_dispatch_backlog.py",
     "tests/integration/test_dispatch_failures.py",
@@ -62,6 +64,12 @@ MODULES = (
     "tests/integration/test_story_field_mismatch.py",
     "tests/integration/test_node_agent.py",
     "tests/integration/test_story_compound_request.py",
+    "tests/integration/test_story_below_threshold.py",
+    "tests/integration/test_story_priority_backlog.py",
+    "tests/integration/test_story_router_down.py",
+    "tests/integration/test_story_agent_gone.py",
+    "tests/integration/test_story_rolling_restart.py",
+    "tests/integration/test_story_worker_stop.py",
 )
 
 

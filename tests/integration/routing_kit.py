@@ -49,6 +49,12 @@ class SemanticMesh:
         stops.append(conn.close)
         return conn
 
+    async def connection_of(self, role: Role) -> MeshConnection:
+        """The connection a component of `role` the test runs itself should use (a worker
+        it starts and stops, `mesh human` as the router): the test's own without access
+        control, else one of the role's user, closed with the mesh."""
+        return await self._as(role, self.stops)
+
     async def start_router(self) -> SemanticSelector:
         stops: list[Stop] = []
         conn = await self._as(Role("router"), stops)

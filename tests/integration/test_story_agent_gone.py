@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from mesh import Agent, MeshClient, TaskContext
+from mesh.access.roles import Role
 from mesh.config import Settings
 from mesh.schemas import TaskEnvelope
 from mesh.services import start_worker
@@ -51,7 +52,8 @@ def refunds() -> Agent:
 async def _started_then_stopped(mesh: SemanticMesh) -> float:
     """The agent ran one instance, now stopped (deregistered); when it stopped."""
     await mesh.start()
-    stop = await start_worker(mesh.conn, refunds(), grace_s=1)
+    worker_conn = await mesh.connection_of(Role("worker", AGENT))
+    stop = await start_worker(worker_conn, refunds(), grace_s=1)
     assert mesh.selector is not None
     await mesh.selector.wait_routable([AGENT], timeout=15)
     await stop()

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from mesh.access.roles import Role
 from mesh.cli.human import answer, list_tasks, take
 from mesh.client import MeshClient
 from mesh.config import Settings
@@ -46,6 +47,7 @@ async def test_below_threshold_waits_for_a_person_who_answers_the_caller(
     mesh: SemanticMesh, conn: MeshConnection
 ) -> None:
     await mesh.start(REFUNDS)
+    people = await mesh.connection_of(Role("router"))  # `mesh human` runs as the router
     store = TaskStore(conn.redis, conn.keys, conn.settings)
     async with MeshClient(conn) as client:
         interim = await client.request(HAIKU, {"lines": 3}, wait_s=20)
@@ -62,17 +64,17 @@ async def test_below_threshold_waits_for_a_person_who_answers_the_caller(
         assert await store.stored_result(interim.task_id) is None
         assert await drain_queue(conn, conn.topology.dead_queue("unroutable")) == []
 
-        listed = await list_tasks(conn)
+        listed = await list_tasks(people)
         assert interim.task_id in listed and HAIKU in listed
         assert f"{interim.error.details['best_score']:.3f}" in listed
 
         # one person takes it: nobody else may answer it then
-        taken = await take(conn, None, "alice")
+        taken = await take(people, None, "alice")
         assert f"task {interim.task_id} is yours, alice" in taken
         with pytest.raises(HumanTaskError, match="taken by 'alice'"):
-            await answer(conn, interim.task_id, "bob", output={"haiku": "no"})
+            await answer(people, interim.task_id, "bob", output={"haiku": "no"})
 
-        text, done = await answer(conn, interim.task_id, "alice", output={"haiku": "moon"})
+        text, done = await answer(people, interim.task_id, "alice", output={"haiku": "moon"})
         assert done.delivered and not done.missing
         assert f"sent to {client.reply_to}" in text
         final = await client.final_result(interim.task_id, wait_s=10)
@@ -85,18 +87,19 @@ async def test_below_threshold_waits_for_a_person_who_answers_the_caller(
     assert history[-1]["by"] == "human:alice"
     stored = await store.stored_result(interim.task_id)
     assert stored is not None and stored.output == {"haiku": "moon"}
-    assert interim.task_id not in await list_tasks(conn)
+    assert interim.task_id not in await list_tasks(people)
     # the queue's copy was taken (acked) by `take`: the queue is empty again
     assert await drain_queue(conn, conn.topology.human) == []
     # answering again is refused: the task is done
     with pytest.raises(HumanTaskError):
-        await answer(conn, interim.task_id, "alice", output={})
+        await answer(people, interim.task_id, "alice", output={})
 
 
 async def test_an_answer_after_the_caller_left_is_kept_with_the_task(
     mesh: SemanticMesh, conn: MeshConnection
 ) -> None:
     await mesh.start(REFUNDS)
+    people = await mesh.connection_of(Role("router"))
     async with MeshClient(conn) as client:
         interim = await client.request(HAIKU, wait_s=20)
     assert interim.status == "queued_for_human"
@@ -105,8 +108,8 @@ async def test_an_answer_after_the_caller_left_is_kept_with_the_task(
     assert decode(TaskEnvelope, copy.body).task_id == interim.task_id
     assert copy.headers["x-mesh-code"] == "below_threshold"
     # the caller closed its client (its reply queue is gone): taken by id, answered
-    await take(conn, interim.task_id, "carol")
-    text, done = await answer(conn, interim.task_id, "carol", output={"text": "an autumn moon"})
+    await take(people, interim.task_id, "carol")
+    text, done = await answer(people, interim.task_id, "carol", output={"text": "an autumn moon"})
     assert done.missing and not done.delivered
     assert "is gone: the answer is kept with the task" in text
     stored = await TaskStore(conn.redis, conn.keys, conn.settings).stored_result(interim.task_id)

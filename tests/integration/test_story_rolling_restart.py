@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from mesh import Agent, MeshClient, TaskContext
+from mesh.access.roles import Role
 from mesh.schemas import Result, TaskEnvelope
 from mesh.services import Stop, start_worker
 from tests.integration.routing_kit import SemanticMesh
@@ -79,10 +80,13 @@ async def test_a_rolling_restart_and_a_stop_start_lose_nothing(mesh: SemanticMes
     agent = refunds(runs)
     await mesh.start()
     conn = mesh.conn
+    worker_conn = await mesh.connection_of(Role("worker", AGENT))
     stops: dict[str, Stop] = {}
 
     async def up(instance_id: str) -> None:
-        stops[instance_id] = await start_worker(conn, agent, instance_id=instance_id, grace_s=0.3)
+        stops[instance_id] = await start_worker(
+            worker_conn, agent, instance_id=instance_id, grace_s=0.3
+        )
 
     async def down(instance_id: str) -> None:
         await stops.pop(instance_id)()

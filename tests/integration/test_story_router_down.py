@@ -19,6 +19,7 @@ from mesh.router.service import RouterService
 from mesh.router_watch import RouterWatch
 from mesh.schemas import TaskEnvelope
 from tests.conftest import wait_until
+from tests.integration import dispatch_kit
 
 pytestmark = pytest.mark.integration
 #: local rules are refused under access control (a client may publish to ingress only)
@@ -123,9 +124,9 @@ async def test_story_router_down_the_router_going_away_ends_a_waiting_request(
     routerless_s = 4.0
     assert routerless_s < ROUTERLESS_S
     monkeypatch.setattr(mesh.client, "ROUTERLESS_S", routerless_s)
-    router = RouterService(conn)
-    await router.start()
-    await start_worker(conn, add_cleanup)
+    # each under its own user with access control on (`tests.access_mode`)
+    router = await dispatch_kit.start_router(conn, add_cleanup)
+    await dispatch_kit.start_worker(conn, add_cleanup, refunds_agent())
     async with MeshClient(conn) as client:
         client.watch.ttl_s = 60.0  # the count read before the router went stays trusted
         first = await client.request("refund", target="support.refunds", wait_s=10)

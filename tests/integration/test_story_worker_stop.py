@@ -21,16 +21,15 @@ from pathlib import Path
 import pytest
 
 from mesh import MeshClient
+from mesh.access.roles import Role
 from mesh.connection import MeshConnection
 from mesh.registry.state import load_state
 from mesh.schemas import now_ms
+from tests import access_mode
 from tests.conftest import wait_until
 from tests.integration.routing_kit import SemanticMesh
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.access_off("the worker processes log in as the broker's shared user"),
-]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
@@ -75,8 +74,28 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
             p.wait()
 
 
+async def _access_env(conn: MeshConnection) -> dict[str, str]:
+    """The worker processes' login in the access-control mode (`tests.access_mode`): the
+    agent's own worker user, access control on, the topology the admin declared."""
+    mode = access_mode.of(conn)
+    if mode is None:
+        return {}
+    await mode.declare(conn, AGENT)
+    settings = await mode.settings_of(Role("worker", AGENT))
+    return {
+        "MESH_AMQP_URL": settings.amqp_url.get_secret_value(),
+        "MESH_REDIS_URL": settings.redis_url.get_secret_value(),
+        "MESH_ACCESS_CONTROL": "true",
+        "MESH_TOPOLOGY": "passive",
+    }
+
+
 def _worker(
-    procs: list[subprocess.Popen[bytes]], conn: MeshConnection, cwd: Path, *args: str
+    procs: list[subprocess.Popen[bytes]],
+    conn: MeshConnection,
+    cwd: Path,
+    access: dict[str, str],
+    *args: str,
 ) -> tuple[subprocess.Popen[bytes], Path]:
     log = cwd / f"worker-{len(procs)}.err"
     env = {
@@ -84,6 +103,7 @@ def _worker(
         "MESH_NAMESPACE": conn.settings.namespace,
         "MESH_HEARTBEAT_S": "0.5",
         "MESH_LEASE_TTL_S": "1.5",
+        **access,
     }
     with log.open("wb") as err:
         proc = subprocess.Popen(
@@ -117,7 +137,8 @@ async def test_a_stopping_worker_hands_its_task_back_and_a_new_one_completes_it(
     conn = mesh.conn
     await mesh.start()
     grace_s = 30.0 if second_sigint else 2.0
-    first, first_log = _worker(processes, conn, agent_dir, "--grace-s", str(grace_s))
+    access = await _access_env(conn)
+    first, first_log = _worker(processes, conn, agent_dir, access, "--grace-s", str(grace_s))
     await wait_until(lambda: _live_instances(conn), timeout=60, interval=0.2)
     async with MeshClient(conn) as client:
         request = asyncio.create_task(
@@ -149,7 +170,7 @@ async def test_a_stopping_worker_hands_its_task_back_and_a_new_one_completes_it(
         assert f"draining: 1 task(s) in flight, waiting up to {grace_s:g} s" in log, log
         assert f"1 task(s) handed back to agent {AGENT}'s queue" in log, log
         assert not request.done()  # the caller still waits: nothing ended the task
-        _second, _ = _worker(processes, conn, agent_dir)
+        _second, _ = _worker(processes, conn, agent_dir, access)
         result = await request
         assert client.results_received == 1 and client.duplicate_results == 0
     assert result.status == "completed", result.error
