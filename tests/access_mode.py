@@ -34,6 +34,7 @@ from mesh.connection import MeshConnection, connect
 from mesh.keys import Keys
 from mesh.management import Management
 from mesh.topology import Topology, TopologySpec
+from tests import SCAN_COUNT
 
 ENABLED = os.environ.get("MESH_TEST_ACCESS_CONTROL") == "1"
 
@@ -158,7 +159,8 @@ class AccessMode:
                 keys = [
                     k
                     async for k in cleaner.scan_iter(
-                        match=Keys(self.scope.namespace, self.scope.vhost).pattern()
+                        match=Keys(self.scope.namespace, self.scope.vhost).pattern(),
+                        count=SCAN_COUNT,
                     )
                 ]
                 if keys:

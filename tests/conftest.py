@@ -14,7 +14,7 @@ from mesh.access.roles import Role
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
 from mesh.management import Management
-from tests import access_mode
+from tests import SCAN_COUNT, access_mode
 
 Cleanup = Callable[[Callable[[], Any]], None]
 
@@ -138,7 +138,8 @@ async def purge(settings: Settings) -> None:
     await asyncio.to_thread(Management(settings).purge_namespace, settings.namespace)
     cleaner = await connect(settings, name="cleanup")
     try:
-        keys = [k async for k in cleaner.redis.scan_iter(match=cleaner.keys.pattern())]
+        pattern = cleaner.keys.pattern()
+        keys = [k async for k in cleaner.redis.scan_iter(match=pattern, count=SCAN_COUNT)]
         if keys:
             await cleaner.redis.delete(*keys)
     finally:

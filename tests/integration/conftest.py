@@ -18,6 +18,7 @@ from mesh.keys import Keys
 from mesh.management import Management
 from mesh.router.embedding import Embedder, build_embedder
 from mesh.topology import Topology, declare_spec
+from tests import SCAN_COUNT
 from tests.integration.access_kit import (
     AGENT_A,
     AGENT_B,
@@ -61,7 +62,7 @@ async def scope(base_settings: Settings, provisioner: Provisioner) -> AsyncItera
             for role in roles_for([AGENT_A, AGENT_B, "gamma"], [CLIENT], [OBSERVER]):
                 await cleaner.execute_command("ACL", "DELUSER", scope.user(role))
             pattern = Keys(scope.namespace, scope.vhost).pattern()
-            keys = [k async for k in cleaner.scan_iter(match=pattern)]
+            keys = [k async for k in cleaner.scan_iter(match=pattern, count=SCAN_COUNT)]
             if keys:
                 await cleaner.delete(*keys)
         finally:

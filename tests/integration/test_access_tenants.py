@@ -27,6 +27,7 @@ from mesh.errors import TenantConflict
 from mesh.keys import Keys
 from mesh.management import Management
 from mesh.topology import Topology
+from tests import SCAN_COUNT
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ async def provisioned(
             for role in ROLES:
                 await cleaner.acl_deluser(scope.user(role))
             pattern = Keys(scope.namespace, scope.vhost).pattern()
-            keys = [k async for k in cleaner.scan_iter(match=pattern)]
+            keys = [k async for k in cleaner.scan_iter(match=pattern, count=SCAN_COUNT)]
             if keys:
                 await cleaner.delete(*keys)
         finally:
