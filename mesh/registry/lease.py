@@ -118,7 +118,8 @@ return {1, tonumber(v[3]), tonumber(v[4])}
 )
 
 # KEYS: leases; ARGV: instance key prefix, limit, retention_ms.
-# Answers flat (instance_id, agent_id, token, lease_expires_ms, last_heartbeat_ms) per claim.
+# Answers flat (instance_id, agent_id, token, lease_expires_ms, last_heartbeat_ms) per claim,
+# then the ms until the earliest lease left lapses (-1: none left).
 _SWEEP_LUA = (
     _NOW_LUA
     + """
@@ -138,6 +139,9 @@ for _, iid in ipairs(ids) do
     redis.call('ZADD', KEYS[1], tonumber(v[2]), iid)
   end
 end
+-- last: how soon the earliest lease left lapses (ms, by this clock; -1: no lease)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+out[#out + 1] = first[2] and math.max(0, tonumber(first[2]) - now) or -1
 return out
 """
 )
@@ -206,6 +210,9 @@ class LeaseStore:
         self._renew = LIBRARY.bind(redis, "renew")
         self._release = LIBRARY.bind(redis, "release")
         self._sweep = LIBRARY.bind(redis, "sweep")
+        #: after a `sweep`: ms until the earliest lease left lapses, by Redis' clock (None:
+        #: no lease left). No lease granted later lapses sooner: every one gets the full TTL.
+        self.next_lapse_in_ms: int | None = None
 
     async def grant(
         self,
@@ -285,8 +292,10 @@ class LeaseStore:
             keys=[self.keys.leases()],
             args=[self.keys.instance(""), limit, DOWN_RETENTION_MS],
         )
+        next_in = int(flat[-1])
+        self.next_lapse_in_ms = None if next_in < 0 else next_in
         out = []
-        for i in range(0, len(flat), 5):
+        for i in range(0, len(flat) - 1, 5):
             iid, agent_id = flat[i], flat[i + 1]
             out.append(
                 Lapse(

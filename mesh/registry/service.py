@@ -13,8 +13,9 @@ queue and a restarted one carries on where the last stopped. What a registry doe
   other token, down, or lapsed) is answered ``lease.lost`` on its ``reply_to``: the session
   re-registers. Renewals are published in bulk as ``agent.leases`` events.
 - ``deregister``: down at once, ``agent.down`` with reason ``deregistered``.
-- a sweep every ``sweep_interval_s`` claims lapsed leases and publishes ``agent.down``
-  (reason ``lease_expired``); the claim is atomic, so only one registry reports each.
+- a sweep claims lapsed leases and publishes ``agent.down`` (reason ``lease_expired``) at
+  the first tick of ``sweep_interval_s`` after the earliest lease may have lapsed (Redis
+  says when, with each sweep); the claim is atomic, so only one registry reports each.
 
 The queue is consumed without acks: a registration lost with a crashing registry is
 retried by its session, a lost heartbeat is superseded by the next one.
@@ -118,6 +119,8 @@ class RegistryService(Lifecycle):
         self.redis_health = RedisHealth(f"registry {self.registry_id}", conn.outages.redis)
         self._beats_ready = asyncio.Event()
         self._renewed: dict[str, LeaseRow] = {}
+        #: when (monotonic) the earliest lease may lapse: the sweep loop sweeps from then
+        self._sweep_due = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         #: counters, for `mesh registry -v` logs and the benchmark
         self.stats = {
@@ -501,9 +504,10 @@ class RegistryService(Lifecycle):
 
     # --- sweep ---------------------------------------------------------------------------
     async def _sweep_loop(self) -> None:
-        """Sweep every `sweep_interval_s`; any failure is logged and the next tick tries
-        again. While Redis fails, heartbeats kept from a failed flush are applied before
-        any lapse is claimed (a lease its holder renewed in time is not swept)."""
+        """Tick every `sweep_interval_s`, sweeping once a lease may have lapsed (`sweep`);
+        any failure is logged and the next tick sweeps again. While Redis fails, heartbeats
+        kept from a failed flush are applied before any lapse is claimed (a lease its holder
+        renewed in time is not swept)."""
         last_leases = last_prune = time.monotonic()
         while True:
             raise_if_cancelling()
@@ -512,8 +516,9 @@ class RegistryService(Lifecycle):
                 behind = not self.redis_health.healthy and bool(self._beats)
                 if behind and not await self.flush_heartbeats():
                     continue
-                await self.sweep()
-                self.redis_health.ok()
+                if time.monotonic() >= self._sweep_due or not self.redis_health.healthy:
+                    await self.sweep()
+                    self.redis_health.ok()
                 if time.monotonic() - last_leases >= self.lease_event_s:
                     last_leases = time.monotonic()
                     await self.publish_leases()
@@ -533,10 +538,22 @@ class RegistryService(Lifecycle):
                 logger.exception("registry %s: sweep failed", self.registry_id)
 
     async def sweep(self) -> int:
-        """Claim every lapsed lease and publish its ``agent.down``; returns how many."""
+        """Claim every lapsed lease and publish its ``agent.down``; returns how many.
+
+        The sweep loop calls it again once the earliest lease left may have lapsed (the
+        next tick after it), not every tick: idle, a registry makes no Redis call a tick
+        whatever the number of instances. No lease granted meanwhile lapses sooner (each
+        gets the whole TTL; a registry of another TTL sweeps its own), renewals only
+        postpone it, and a heartbeat that comes after its lease lapsed is claimed by the
+        renewal itself.
+        """
         claimed = 0
         while True:
+            started = time.monotonic()
             lapses = await self.store.sweep()
+            next_in_ms = self.store.next_lapse_in_ms
+            wait_s = self.settings.lease_ttl_s if next_in_ms is None else next_in_ms / 1000
+            self._sweep_due = started + min(wait_s, self.settings.lease_ttl_s)
             for lapse in lapses:
                 await self._report_down(
                     lapse.agent_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from mesh.errors import StaleFencingToken
 from mesh.messaging import Publisher
 from mesh.registry import protocol
 from mesh.registry.fencing import check_token
+from mesh.registry.lease import SWEEP_BATCH, Lapse
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.snapshot import AgentSnapshot
@@ -127,6 +129,34 @@ async def test_lease_lapse_reported_within_ttl_plus_one_second(
     assert ttl_ms <= latency <= ttl_ms + 1000
     with pytest.raises(StaleFencingToken):
         await s.check(event.data["token"])
+
+
+async def test_an_idle_registry_sweeps_when_a_lease_may_lapse_not_every_tick(
+    conn: MeshConnection, add_cleanup: Cleanup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leases renewed in time: the registry asks Redis to sweep about once per span the
+    earliest lease has left, not at every `sweep_interval_s` tick (a lapse is still reported
+    within TTL + 1 s: the test above)."""
+    service = await registry(conn, add_cleanup)
+    s = await session(conn, add_cleanup, registration("idle"))
+    await wait_until(lambda: _renewed(conn, s.instance_id), timeout=3)
+    calls: list[float] = []
+    sweep = service.store.sweep
+
+    async def counted(limit: int = SWEEP_BATCH) -> list[Lapse]:
+        calls.append(time.monotonic())
+        return await sweep(limit)
+
+    monkeypatch.setattr(service.store, "sweep", counted)
+    window_s = 3.0
+    await asyncio.sleep(window_s)  # what a registry does over a span: time is the fact here
+    settings = conn.settings
+    ticks = window_s / settings.sweep_interval_s
+    # a heartbeat each 0.5 s keeps the lease 1 s ahead at least (TTL 1.5 s): a sweep a second
+    spacing_s = settings.lease_ttl_s - settings.heartbeat_s
+    assert 1 <= len(calls) <= window_s / spacing_s + 1 < ticks / 2, (len(calls), ticks)
+    inst = await load_instance(conn.redis, conn.keys, s.instance_id)
+    assert inst is not None and inst.status == "up" and inst.token == s.token
 
 
 async def _renewed(conn: MeshConnection, instance_id: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mesh.connection import MeshConnection
-from mesh.registry.lease import Beat, LeaseStore
+from mesh.registry.lease import Beat, Grant, LeaseStore
 from mesh.registry.state import load_instance, load_state
 from mesh.schemas import Registration
 from tests.conftest import wait_until
@@ -61,6 +61,21 @@ async def test_sweep_claims_once_and_regrant_revives_with_a_higher_token(
     inst = await load_instance(conn.redis, conn.keys, "s-0")
     assert inst is not None and inst.status == "up" and inst.down_reason is None
     assert await conn.redis.pttl(conn.keys.instance("s-0")) == -1
+
+
+async def test_the_sweep_says_how_soon_the_earliest_lease_lapses(conn: MeshConnection) -> None:
+    store = LeaseStore(conn.redis, conn.keys, lease_ttl_s=5)
+    assert await store.sweep() == [] and store.next_lapse_in_ms is None  # no lease
+    first, second = await store.grant(reg("n-1")), await store.grant(reg("n-2"))
+    assert isinstance(first, Grant) and isinstance(second, Grant)
+    assert await store.sweep() == []
+    # the earlier of the two leases, by Redis' clock: at most the TTL, and not much less
+    assert store.next_lapse_in_ms is not None
+    assert first.lease_expires_ms - await redis_now(conn) <= store.next_lapse_in_ms <= 5000
+    assert store.next_lapse_in_ms > 4000
+    await store.release("n-1", first.token)
+    await store.release("n-2", second.token)
+    assert await store.sweep() == [] and store.next_lapse_in_ms is None
 
 
 async def test_release_needs_the_current_token(conn: MeshConnection) -> None:
