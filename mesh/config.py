@@ -304,7 +304,7 @@ class Settings(BaseModel):
     heartbeat_s: float = Field(default=5.0, gt=0)
     #: an instance's lease lapses this long after its last heartbeat
     lease_ttl_s: float = Field(default=15.0, gt=0)
-    #: how often the registry sweeps for lapsed leases
+    #: the registry's tick: a lapsed lease is claimed at the first tick after it lapsed
     sweep_interval_s: float = Field(default=0.25, gt=0)
     #: how often routers reload the full agent snapshot from Redis
     snapshot_resync_s: float = Field(default=10.0, gt=0)
