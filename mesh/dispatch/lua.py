@@ -4,9 +4,14 @@ Every script starts with `FENCE_LUA` (``fence_ok``) and the transition table gen
 `mesh.dispatch.states.TRANSITIONS`, so a commit checks the fencing token, moves the state
 and stores the result in one step: a stale token can never commit.
 
-Shared helper ``advance(task, hist, states, by, note, agent)`` applies a path of states all
-or nothing (first step skipped when already there), appends one history entry per step and
-returns ``(true, applied)`` or ``(false, current)``.
+Shared helper ``advance(task, hist, states, by, note, agent, ttl, quiet, cur, extra)``
+applies a path of states all or nothing (first step skipped when already there), appends
+one history entry per step (one RPUSH) and returns ``(true, applied)`` or
+``(false, current)``. `cur` is the state the caller read already (nil: read it), `extra`
+more field/value pairs for the one HSET of the task hash.
+
+Each script reads a hash once (one HMGET of every field it needs), writes it once, and
+asks Redis' clock once (``redis_now_ms`` keeps the first TIME of the call).
 
 `LIBRARY` holds them all as one Redis function library (`mesh.functions`): FCALL, no EVAL.
 """
@@ -24,8 +29,8 @@ PRELUDE = (
     + f"""
 local ALLOWED = {lua_table()}
 local TERMINAL = {_TERMINAL}
-local function advance(task, hist, states, by, note, agent, ttl, quiet)
-  local cur = redis.call('HGET', task, 'state') or ''
+local function advance(task, hist, states, by, note, agent, ttl, quiet, cur, extra)
+  if cur == nil then cur = redis.call('HGET', task, 'state') or '' end
   local state = cur
   local applied = {{}}
   for i, to in ipairs(states) do
@@ -35,17 +40,30 @@ local function advance(task, hist, states, by, note, agent, ttl, quiet)
       applied[#applied + 1] = to
     end
   end
-  local now = redis_now_ms()
-  if quiet ~= '1' then
-    for _, to in ipairs(applied) do
-      redis.call('RPUSH', hist, cjson.encode({{state=to, ts_ms=now, by=by, note=note}}))
+  local fields = extra or {{}}
+  if #applied > 0 then
+    local now = redis_now_ms()
+    if quiet ~= '1' then
+      local rows = {{}}
+      for _, to in ipairs(applied) do
+        rows[#rows + 1] = cjson.encode({{state=to, ts_ms=now, by=by, note=note}})
+      end
+      redis.call('RPUSH', hist, unpack(rows))
+    end
+    fields[#fields + 1] = 'state'
+    fields[#fields + 1] = state
+    fields[#fields + 1] = 'updated_ms'
+    fields[#fields + 1] = now
+    if cur == '' then
+      fields[#fields + 1] = 'created_ms'
+      fields[#fields + 1] = now
     end
   end
-  if #applied > 0 then
-    redis.call('HSET', task, 'state', state, 'updated_ms', now)
-    if cur == '' then redis.call('HSET', task, 'created_ms', now) end
+  if agent ~= '' then
+    fields[#fields + 1] = 'agent_id'
+    fields[#fields + 1] = agent
   end
-  if agent ~= '' then redis.call('HSET', task, 'agent_id', agent) end
+  if #fields > 0 then redis.call('HSET', task, unpack(fields)) end
   redis.call('PEXPIRE', task, ttl)
   redis.call('PEXPIRE', hist, ttl)
   return true, applied
@@ -54,13 +72,6 @@ local function tail(from)
   local out = {{}}
   for i = from, #ARGV do out[#out + 1] = ARGV[i] end
   return out
-end
-local function holder_alive(prefix, idem, redelivered)
-  local h = redis.call('HMGET', idem, 'holder', 'token', 'fenced')
-  if h[1] == false or h[1] == '' then return false, nil end
-  if h[3] == '1' then return fence_ok(prefix .. h[1], h[2]), h end
-  -- a holder without a lease (no registry): only the broker's redelivery says it is gone
-  return redelivered ~= '1', h
 end
 """
 )
@@ -94,12 +105,13 @@ SUBMIT = (
     PRELUDE
     + """
 local ttl = ARGV[1]
-local state = redis.call('HGET', KEYS[1], 'state')
+local task = redis.call('HMGET', KEYS[1], 'state', 'sender', 'owner')
+local state = task[1]
 local sender = ARGV[8]
 local owner = sender
 if sender ~= '' then
   if state then
-    local first = redis.call('HGET', KEYS[1], 'sender') or redis.call('HGET', KEYS[1], 'owner')
+    local first = task[2] or task[3]
     if first ~= sender then return {'foreign'} end
   end
   if ARGV[9] ~= '' then
@@ -132,14 +144,20 @@ if state then
   return {'pending', state}
 end
 local note = ARGV[7] == '1' and 'recovered' or 'ingress'
-local ok, r = advance(KEYS[1], KEYS[2], tail(10), ARGV[2], note, ARGV[6], ttl)
-if not ok then return {'refused', r} end
-redis.call('HSET', KEYS[1], 'trace_id', ARGV[5])
+local extra = {'trace_id', ARGV[5]}
 if sender ~= '' then
-  redis.call('HSET', KEYS[1], 'owner', owner, 'sender', sender)
-  if owner ~= '' then redis.call('SET', KEYS[5], owner, 'NX', 'PX', ttl) end
+  extra[#extra + 1] = 'owner'
+  extra[#extra + 1] = owner
+  extra[#extra + 1] = 'sender'
+  extra[#extra + 1] = sender
 end
-if ARGV[7] == '1' then redis.call('HSET', KEYS[1], 'recovered', '1') end
+if ARGV[7] == '1' then
+  extra[#extra + 1] = 'recovered'
+  extra[#extra + 1] = '1'
+end
+local ok, r = advance(KEYS[1], KEYS[2], tail(10), ARGV[2], note, ARGV[6], ttl, nil, '', extra)
+if not ok then return {'refused', r} end
+if sender ~= '' and owner ~= '' then redis.call('SET', KEYS[5], owner, 'NX', 'PX', ttl) end
 if ARGV[3] ~= '' then
   redis.call('SADD', KEYS[3], ARGV[3])
   redis.call('PEXPIRE', KEYS[3], ttl)
@@ -161,39 +179,49 @@ CLAIM = (
     PRELUDE
     + """
 local ttl, prefix, me, token, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local result = redis.call('HGET', KEYS[1], 'result')
-if result then return {'done', result, redis.call('HGET', KEYS[1], 'replied') or '0'} end
+local h = redis.call('HMGET', KEYS[1], 'result', 'replied', 'holder', 'token', 'fenced', 'claims')
+if h[1] then return {'done', h[1], h[2] or '0'} end
 if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
-local alive, h = holder_alive(prefix, KEYS[1], ARGV[6])
 local takeover = '0'
-if h ~= nil then
+if h[3] and h[3] ~= '' then
+  local alive
+  if h[5] == '1' then
+    alive = fence_ok(prefix .. h[3], h[4])
+  else
+    -- a holder without a lease (no registry): only the broker's redelivery says it is gone
+    alive = ARGV[6] ~= '1'
+  end
   -- our own claim with no local run left (a reconnect redelivered it): run it again
-  if alive and not (h[1] == me and h[2] == token) then return {'busy', h[1]} end
+  if alive and not (h[3] == me and h[4] == token) then return {'busy', h[3]} end
   takeover = '1'
 end
 local note = takeover == '1' and 'takeover' or ''
 local recovered = '0'
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[2], 'trace_id', ARGV[11])
+local task = redis.call('HMGET', KEYS[2], 'state', 'recovered', 'trace_id', 'created_ms')
+local extra = {}
+if not (task[1] or task[2] or task[3] or task[4]) then
+  extra = {'trace_id', ARGV[11]}
   if ARGV[10] ~= '1' then
     recovered = '1'
     note = 'recovered'
-    redis.call('HSET', KEYS[2], 'recovered', '1')
+    extra[3] = 'recovered'
+    extra[4] = '1'
   end
-elseif redis.call('HGET', KEYS[2], 'recovered') == '1' then
+elseif task[2] == '1' then
   recovered = '1'
 end
-local ok, r = advance(KEYS[2], KEYS[3], {'accepted', 'processing'}, me, note, ARGV[8], ttl)
+local ok, r = advance(KEYS[2], KEYS[3], {'accepted', 'processing'}, me, note, ARGV[8], ttl,
+  nil, task[1] or '', extra)
 if not ok then return {'refused', r} end
 redis.call('HSET', KEYS[1], 'holder', me, 'token', token, 'fenced', fenced,
-  'claimed_ms', redis_now_ms())
-redis.call('HINCRBY', KEYS[1], 'claims', 1)
+  'claimed_ms', redis_now_ms(), 'claims', (tonumber(h[6]) or 0) + 1)
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZADD', KEYS[4], ARGV[7], KEYS[2])
 local visits = 0
 if ARGV[9] == '1' and takeover == '0' then
   visits = redis.call('HINCRBY', KEYS[5], ARGV[8], 1)
-  redis.call('PEXPIRE', KEYS[5], ttl)
+  -- the trace's first visit to the agent sets the expiry (a new hash always has one)
+  if visits == 1 then redis.call('PEXPIRE', KEYS[5], ttl) end
 end
 return {'claimed', takeover, visits, recovered}
 """
@@ -210,21 +238,20 @@ FINISH = (
     PRELUDE
     + """
 local ttl, prefix, me, token, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local result = redis.call('HGET', KEYS[1], 'result')
-if result then return {'done', result} end
+local h = redis.call('HMGET', KEYS[1], 'result', 'holder', 'token')
+if h[1] then return {'done', h[1]} end
 if me ~= '' then
-  local h = redis.call('HMGET', KEYS[1], 'holder', 'token')
-  if h[1] ~= me or h[2] ~= token then return {'stale'} end
+  if h[2] ~= me or h[3] ~= token then return {'stale'} end
   if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
 end
 local ok, r = advance(KEYS[2], KEYS[3], tail(11), ARGV[7], ARGV[8], ARGV[9], ttl, ARGV[10])
 if not ok then return {'refused', r} end
-redis.call('HSET', KEYS[1], 'result', ARGV[6], 'finished_ms', redis_now_ms())
+-- the holder goes with the result (an empty holder is none: `holder_of` leaves it out)
+redis.call('HSET', KEYS[1], 'result', ARGV[6], 'finished_ms', redis_now_ms(), 'holder', '')
 if KEYS[7] then
   redis.call('HSETNX', KEYS[7], 'result', ARGV[6])
   redis.call('PEXPIRE', KEYS[7], ttl)
 end
-redis.call('HDEL', KEYS[1], 'holder')
 redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZREM', KEYS[5], KEYS[2])
 -- KEYS[6], under access control: the committing agent's own copy, which no other

@@ -424,14 +424,21 @@ class TaskStore:
         """The claim of a task (holder, token, claims, replied; with `views`, the claim in
         the view of the task's agent, and the mesh's own fields)."""
         raw = await self.redis.hgetall(self.keys.idem(task_id))
-        found = {_s(a): _s(b) for a, b in raw.items() if a != b"result"}
+        found = _claim_fields(raw)
         if self.views:
             agent = _s(await self.redis.hget(self.keys.task(task_id), "agent_id") or b"")
             if agent:
                 view = await self.redis.hgetall(self.keys.for_agent(agent).idem(task_id))
-                claim = {_s(a): _s(b) for a, b in view.items() if a != b"result"}
+                claim = _claim_fields(view)
                 found = {**claim, **found}
         return found
+
+
+def _claim_fields(raw: dict[bytes, bytes]) -> dict[str, str]:
+    """An idem hash without its Result, nor the empty holder a commit leaves."""
+    return {
+        _s(a): _s(b) for a, b in raw.items() if a != b"result" and not (a == b"holder" and not b)
+    }
 
 
 class ReplyMarks:

@@ -25,9 +25,14 @@ from mesh.functions import Library
 from mesh.keys import Keys
 
 FENCE_LUA = """
+local now_ms_of_call = nil
 local function redis_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- one TIME per call: a script is one atomic step, its clock need not move within it
+  if now_ms_of_call == nil then
+    local t = redis.call('TIME')
+    now_ms_of_call = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now_ms_of_call
 end
 local function fence_ok(instance_key, token)
   local v = redis.call('HMGET', instance_key, 'token', 'status', 'lease_expires_ms')
