@@ -53,7 +53,7 @@ from mesh.worker.middleware import (
 )
 from mesh.worker.outcome import Outcome
 from mesh.worker.settle import Settler
-from mesh.worker.watchdog import CANCEL_GRACE_S, watched
+from mesh.worker.watchdog import CANCEL_GRACE_S, Stop, watched
 
 if TYPE_CHECKING:
     from mesh.metrics.core import Metrics
@@ -163,7 +163,7 @@ class WorkerRuntime(Lifecycle):
         #: deliveries received (runs, redeliveries, hand-backs: a storm shows here)
         self.deliveries = 0
         #: set when the grace of a drain is over: what is in flight goes back to the queue
-        self._handing_back = asyncio.Event()
+        self._handing_back = Stop()
         #: set by `hurry` (a second Ctrl-C): the drain's grace ends at once
         self._hurried = asyncio.Event()
         #: tasks this instance handed back to its agent's queue while stopping

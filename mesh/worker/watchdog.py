@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mesh.worker.middleware import TaskRun
 from mesh.worker.outcome import Outcome
@@ -27,17 +28,42 @@ logger = logging.getLogger(__name__)
 CANCEL_GRACE_S = 1.0
 
 
+class Stop:
+    """A flag set once (the worker stops and its grace is over) that every run in flight
+    watches through one shared future: no task per run waiting on an event."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._future: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        if self._future is not None and not self._future.done():
+            self._future.set_result(None)
+
+    def future(self) -> asyncio.Future[None]:
+        """Done once `set` was called (made on first use, in the running loop)."""
+        if self._future is None:
+            self._future = asyncio.get_running_loop().create_future()
+            if self._set:
+                self._future.set_result(None)
+        return self._future
+
+
 async def watched(
     run: TaskRun,
     execute: Callable[[TaskRun], Awaitable[Outcome]],
     timeout_s: float,
-    stop: asyncio.Event | None = None,
+    stop: Stop | None = None,
 ) -> Outcome | None:
     """`execute(run)`, or None when it made no progress for `timeout_s` (frozen) or when
     `stop` was set first (the worker stops and its grace is over: the task goes back)."""
     runner = asyncio.ensure_future(execute(run))
-    stopping = asyncio.ensure_future(stop.wait()) if stop is not None else None
-    watching = {runner} if stopping is None else {runner, stopping}
+    stopping = stop.future() if stop is not None else None
+    watching: set[asyncio.Future[Any]] = {runner} if stopping is None else {runner, stopping}
     try:
         while True:
             left = run.ctx.last_progress + timeout_s - time.monotonic()
@@ -53,9 +79,6 @@ async def watched(
     except asyncio.CancelledError:
         runner.cancel()
         raise
-    finally:
-        if stopping is not None:
-            stopping.cancel()
     if stop is not None and stop.is_set():
         logger.info("task_id=%s: the worker stops; cancelling the handler", run.task_id)
     else:
@@ -83,4 +106,4 @@ def _forget(task: asyncio.Future[Outcome]) -> None:
         logger.info("a handler left behind ended with %r", task.exception())
 
 
-__all__ = ["CANCEL_GRACE_S", "watched"]
+__all__ = ["CANCEL_GRACE_S", "Stop", "watched"]
