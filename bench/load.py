@@ -60,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 from aio_pika.abc import AbstractIncomingMessage
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -76,7 +75,8 @@ from mesh.connection import MeshConnection, connect  # noqa: E402
 from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
-from mesh.schemas import Result, TaskEnvelope, new_id, now_ms  # noqa: E402
+from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope, new_id, now_ms  # noqa: E402
+from mesh.wire import events_of  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
 PYTHON = str(ROOT / ".venv" / "bin" / "python")
@@ -193,18 +193,18 @@ class RouteTap:
 
     async def _on_event(self, message: AbstractIncomingMessage) -> None:
         try:
-            event = orjson.loads(message.body)
-        except orjson.JSONDecodeError:
+            events = events_of(message)  # one, or a batch
+        except InvalidEnvelope:
             return
-        task_id = event.get("task_id")
-        data = event.get("data") or {}
-        if not task_id:
-            return
-        route_ms = (data.get("timings") or {}).get("route_ms")
-        if isinstance(route_ms, int | float):
-            self.route_ms[task_id] = float(route_ms)
-        if isinstance(data.get("agents"), int):
-            self.index_sizes[task_id] = data["agents"]
+        for event in events:
+            task_id, data = event.task_id, event.data
+            if not task_id:
+                continue
+            route_ms = (data.get("timings") or {}).get("route_ms")
+            if isinstance(route_ms, int | float):
+                self.route_ms[task_id] = float(route_ms)
+            if isinstance(data.get("agents"), int):
+                self.index_sizes[task_id] = data["agents"]
 
 
 class Load:

@@ -39,6 +39,7 @@ from mesh.router.outcomes import COUNTS_EVENT, LEARNED_EVENT, LEARNING_EVENTS, o
 from mesh.schemas import WIRE_MODELS
 from mesh.topology import (
     AGENT_HEADER,
+    BATCH_HEADER,
     CODE_HEADER,
     CONCURRENCY_HEADER,
     DEAD_REASONS,
@@ -281,6 +282,17 @@ def component_messages() -> dict[str, Any]:
         },
         required=[INSTANCE_HEADER],
     )
+    batch_headers = _headers(
+        {
+            BATCH_HEADER: {
+                "type": "integer",
+                "minimum": 1,
+                "description": "marks a batch: how many events it carries (a message "
+                "without it is one Event)",
+            }
+        },
+        required=[BATCH_HEADER],
+    )
     messages = {
         "task": message("TaskEnvelope", "A task: submitted, dispatched or replayed"),
         "retriedTask": message(
@@ -306,6 +318,12 @@ def component_messages() -> dict[str, Any]:
         "bidRequest": message("BidRequest", "A call for bids", "bid_request"),
         "bid": message("Bid", "An instance's confidence for a task"),
         "event": message("Event", "Something that happened; the routing key is its type"),
+        "eventBatch": message(
+            "EventBatch",
+            "Events of one routing key that travelled together (task.*, route.decision: "
+            "MESH_EVENT_BATCH_WINDOW_MS); a consumer reads this and a single event alike",
+            headers=batch_headers,
+        ),
         "feedback": message("Feedback", "A caller's verdict on one of its routed tasks"),
         "humanTask": message(
             "TaskEnvelope",
@@ -531,8 +549,10 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
         t.events,
         EVENT_TYPE,
         "Lifecycle events (transient); task.submitted/routing/dispatched/accepted/"
-        "processing only with MESH_PROGRESS_EVENTS.",
-        ["event"],
+        "processing only with MESH_PROGRESS_EVENTS. task.* and route.decision travel in "
+        "batches of one routing key (eventBatch, x-mesh-batch) within "
+        "MESH_EVENT_BATCH_WINDOW_MS; a batch of one is sent as the plain event.",
+        ["event", "eventBatch"],
     )
     b.exchange(
         "exchange.retries",
@@ -689,7 +709,7 @@ def _runtime_queues(
                 bindings=(BindingSpec(t.events, snapshot, AGENT_EVENTS),),
             ),
             "One agent snapshot's feed of agent.* events.",
-            ["event"],
+            ["event", "eventBatch"],
         ),
         (
             TopologySpec(
@@ -702,14 +722,14 @@ def _runtime_queues(
             "One router's outcome and learning events: the outcomes of its own dispatches "
             "(a worker publishes ``task.<state>.<route.router>``), the untagged ones, and "
             "what the other routers learned and counted.",
-            ["event"],
+            ["event", "eventBatch"],
         ),
         (
             t.observer_spec(USER, OBSERVER, observer_max_length),
             "The observer's events (`mesh observer`; durable, bounded: when it is behind, "
             "the oldest go first). Under access control without "
             "MESH_OBSERVER_READS_REQUESTS it binds only the events without request texts.",
-            ["event"],
+            ["event", "eventBatch"],
         ),
         (
             TopologySpec(
@@ -719,7 +739,7 @@ def _runtime_queues(
             "One `mesh events` tail, bound with each --filter pattern (default `#`; with "
             "the observer's login under access control, what its grant binds, shown here); "
             "`mesh demo` follows the events the same way (tailId `demo-<id>`).",
-            ["event"],
+            ["event", "eventBatch"],
         ),
     ]
 

@@ -388,6 +388,13 @@ class Settings(BaseModel):
     #: processing (the task's history in Redis, `mesh task ID`, has them anyway); outcome,
     #: reroute, retry, route.*, agent.* and alert.* events are always emitted
     progress_events: bool = False
+    #: ``task.*`` and ``route.decision`` events wait up to this long for others of their
+    #: routing key and travel together, one message per key (``x-mesh-batch``); 0: each
+    #: event is a message of its own. Agents, alerts and the routers' periodic exchanges
+    #: never wait (`mesh.topology.batched_event`)
+    event_batch_window_ms: int = Field(default=50, ge=0, le=1000)
+    #: most events one batch carries: reaching it sends the batch at once
+    event_batch_max_events: int = Field(default=100, ge=1, le=1000)
 
     # --- observer (`mesh observer`, `mesh trace`, `mesh stats`) ----------------------------
     #: the observer's name: observers of one name share one queue (competing), each name

@@ -2,7 +2,9 @@
 
 Envelopes, results and dead letters go through a channel with publisher confirms and are
 persistent. Events and heartbeats are transient and go through a channel without confirms:
-they are cheap, and a lost one is superseded by the next.
+they are cheap, and a lost one is superseded by the next. The per-task events (``task.*``,
+``route.decision``: `mesh.topology.batched_event`) travel in batches, one message per
+routing key and window (`mesh.event_batch`); `close` sends what waits.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 import logging
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aio_pika
@@ -22,11 +24,13 @@ from pamqp.commands import Basic
 
 from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, PublishNacked
+from mesh.event_batch import EventBatcher
 from mesh.lifecycle import Lifecycle
 from mesh.retrying import TRANSIENT_ERRORS
-from mesh.schemas import Event, Result, TaskEnvelope, encode
+from mesh.schemas import Event, Result, TaskEnvelope, batch_body, encode
 from mesh.schemas.codec import dumps
 from mesh.topology import (
+    BATCH_HEADER,
     DETAILS_HEADER,
     INVALID_KEEP_BYTES,
     REASON_HEADER,
@@ -34,6 +38,7 @@ from mesh.topology import (
     SIZE_HEADER,
     TRUNCATED_HEADER,
     DeadReason,
+    batched_event,
     message_priority,
 )
 from mesh.tracing import tracing_for
@@ -55,6 +60,10 @@ DEAD_LETTER_NACK_TRIES = 3
 DEAD_LETTER_NACK_PAUSE_S = 0.05
 #: what may keep a `DROPPED_ALERT` from going out (the drop is counted and logged anyway)
 _ALERT_ERRORS: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, aiormq.exceptions.AMQPError)
+#: what may keep the events that wait from going out at `Publisher.close`
+_FLUSH_ERRORS: tuple[type[BaseException], ...] = (TimeoutError, *_ALERT_ERRORS)
+#: how long `Publisher.close` may take to send the events that wait (a broker away)
+CLOSE_FLUSH_TIMEOUT_S = 5.0
 
 
 def _no_inject(headers: Any) -> None:
@@ -143,6 +152,14 @@ class Publisher(Lifecycle):
         self._drop_reported: dict[str, tuple[float, int]] = {}
         #: when each reason last had a letter refused (a full queue is tried once)
         self._last_drop: dict[str, float] = {}
+        settings = conn.settings
+        #: the per-task events waiting to travel together (`emit`)
+        self.batches = EventBatcher(
+            self._send_events,
+            window_s=settings.event_batch_window_ms / 1000.0,
+            max_events=settings.event_batch_max_events,
+            on_lost=self._events_lost,
+        )
 
     async def start(self) -> None:
         if self._confirmed is not None:
@@ -176,8 +193,10 @@ class Publisher(Lifecycle):
         routing_key: str,
         *,
         mandatory: bool,
+        trace: bool = True,
     ) -> None:
-        """Every publish of the component goes through here, stamped with its login.
+        """Every publish of the component goes through here, stamped with its login;
+        without `trace`, it names no hop (a batch of events of many hops).
 
         A nack of a confirmed publish (a quorum queue between leaders, a node going away)
         is raised as `PublishNacked`, a transient error that the callers' retries cover;
@@ -185,7 +204,8 @@ class Publisher(Lifecycle):
         """
         message.user_id = self.login
         # inside a hop's span the next process continues it (`mesh.tracing`); chosen once
-        self._inject(message.headers)
+        if trace:
+            self._inject(message.headers)
         try:
             await exchange.publish(message, routing_key=routing_key, mandatory=mandatory)
         except aiormq.exceptions.PublishError:
@@ -317,10 +337,37 @@ class Publisher(Lifecycle):
 
     async def emit(self, event: Event, routing_key: str | None = None) -> None:
         """Publish an event on `mesh.events` (transient, no confirm); its routing key is its
-        type unless given (`mesh.topology.event_routing_key`)."""
+        type unless given (`mesh.topology.event_routing_key`). A per-task event
+        (`mesh.topology.batched_event`) joins the batch of its key, sent when the window
+        ends or the batch is full (`mesh.event_batch`); any other goes at once."""
+        if self._fast is None:
+            raise NotStarted("Publisher.start() was not awaited")
+        key = routing_key or event.type
+        if batched_event(event.type):
+            await self.batches.add(key, encode(event))
+        else:
+            await self._send_events(key, (encode(event),))
+
+    async def flush_events(self) -> None:
+        """Send the events that wait for their batch now (`close` does)."""
+        await self.batches.flush()
+
+    async def _send_events(self, key: str, bodies: Sequence[bytes]) -> None:
+        """One event as itself; more as one `EventBatch` marked `BATCH_HEADER`."""
         ex = await self.exchange(self.topology.events, fast=True)
-        message = aio_pika.Message(encode(event), content_type=JSON)
-        await self.send(ex, message, routing_key or event.type, mandatory=False)
+        if len(bodies) == 1:
+            await self.send(
+                ex, aio_pika.Message(bodies[0], content_type=JSON), key, mandatory=False
+            )
+            return
+        message = aio_pika.Message(
+            batch_body(bodies), content_type=JSON, headers={BATCH_HEADER: len(bodies)}
+        )
+        await self.send(ex, message, key, mandatory=False, trace=False)
+
+    def _events_lost(self, key: str, count: int, exc: BaseException) -> None:
+        if not self.conn.outages.report(exc, what=f"{count} event(s) of {key}"):
+            logger.warning("%d event(s) of %s not sent", count, key, exc_info=exc)
 
     async def send_fast(self, exchange: str, routing_key: str, body: bytes, **props: Any) -> None:
         """Transient publish without confirm (heartbeats, control messages)."""
@@ -329,6 +376,14 @@ class Publisher(Lifecycle):
         await self.send(ex, message, routing_key, mandatory=False)
 
     async def close(self) -> None:
+        """Send the events that wait (for at most `CLOSE_FLUSH_TIMEOUT_S`), then close."""
+        if self._fast is not None and not self._fast.is_closed:
+            try:
+                await asyncio.wait_for(self.batches.flush(), CLOSE_FLUSH_TIMEOUT_S)
+            except _FLUSH_ERRORS as exc:
+                self._events_lost("(every key)", self.batches.discard(), exc)
+        else:
+            self.batches.discard()
         for attr in ("_confirmed", "_fast"):
             channel = getattr(self, attr)
             setattr(self, attr, None)

@@ -43,6 +43,12 @@ INVALID_KEEP_BYTES = 64 * 1024
 INSTANCE_HEADER = "x-mesh-instance-id"
 AGENT_HEADER = "x-mesh-agent-id"
 CONCURRENCY_HEADER = "x-mesh-max-concurrency"
+#: header of an events message that carries a batch (`EventBatch`: every event of it has
+#: the message's routing key): the number of events; a message without it is one `Event`
+BATCH_HEADER = "x-mesh-batch"
+#: the largest body of one batch message: an event that would make it larger starts the
+#: next one (well under the decoder's limit, `mesh.schemas.codec.ENVELOPE_OVERHEAD_BYTES`)
+EVENT_BATCH_MAX_BYTES = 256 * 1024
 #: envelope priorities 1..10 (the AMQP priority property carries the same number; no queue
 #: is a priority queue: the band a priority falls in is, `priority_band`)
 MAX_PRIORITY = 10
@@ -82,6 +88,15 @@ def redacts_decisions(access_control: bool, observer_reads_requests: bool) -> bo
     """Do a router's ``route.decision`` events leave the request text out (and travel as
     `REDACTED_DECISION_KEY`, which an observer's narrow grant binds)?"""
     return access_control and not observer_reads_requests
+
+
+def batched_event(event_type: str) -> bool:
+    """May an event of `event_type` wait a moment to travel with others of its routing key
+    (`mesh.event_batch`)? The per-task ones: ``task.*`` (outcomes learned by the routers'
+    breakers and success rates a window later, which they tolerate) and ``route.decision``.
+    ``agent.*`` (membership), ``alert.*`` and the routers' periodic ``route.*`` exchanges
+    (already one message per round) go at once."""
+    return event_type.startswith("task.") or event_type == "route.decision"
 
 
 def event_routing_key(event_type: str, router: str | None) -> str:

@@ -24,9 +24,9 @@ from mesh.cli._args import int_range
 from mesh.config import Settings
 from mesh.connection import connect
 from mesh.messaging import login_of
-from mesh.schemas import Event, InvalidEnvelope, decode, encode, new_id
+from mesh.schemas import Event, InvalidEnvelope, encode, new_id
 from mesh.topology import event_type_bindings
-from mesh.wire import NoAck, Subscriber
+from mesh.wire import NoAck, Subscriber, each_event
 
 #: what a line shows of an event's data (the rest: --json)
 _SHOWN = (
@@ -124,13 +124,13 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
                         await queue.bind(topology.events, routing_key=key)
                 return queue
 
-            async def on_event(message: AbstractIncomingMessage) -> None:
+            def unreadable(message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
+                print(f"(unreadable event on {message.routing_key})", flush=True)
+
+            async def on_event(event: Event, message: AbstractIncomingMessage) -> None:
                 nonlocal printed
-                try:
-                    event = decode(Event, message.body)
-                except InvalidEnvelope:
-                    print(f"(unreadable event on {message.routing_key})", flush=True)
-                    return
+                if args.count and printed >= args.count:
+                    return  # the rest of a batch past --count
                 if args.json:
                     print(encode(event).decode(), flush=True)
                 else:
@@ -139,7 +139,8 @@ def _events(args: argparse.Namespace, settings: Settings) -> int:
                 if args.count and printed >= args.count:
                     stop.set()
 
-            async with Subscriber(conn, declare, on_event, NoAck("events"), prefetch=256):
+            handle = each_event(on_event, unreadable=unreadable)
+            async with Subscriber(conn, declare, handle, NoAck("events"), prefetch=256):
                 print(
                     f"following {topology.events} ({', '.join(patterns)}); Ctrl-C to stop",
                     file=sys.stderr,

@@ -15,8 +15,8 @@ from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from mesh.connection import MeshConnection
 from mesh.messaging import login_of
 from mesh.observer.figures import Figures
-from mesh.schemas import Event, InvalidEnvelope, decode, new_id
-from mesh.wire import NoAck, Subscriber
+from mesh.schemas import Event, new_id
+from mesh.wire import NoAck, Subscriber, each_event
 
 
 def decision_line(event: Event, since_s: float) -> str:
@@ -52,7 +52,7 @@ class EventTail:
         self.show = show
         self.events: list[Event] = []
         self.subscriber = Subscriber(
-            conn, self._declare, self._on_event, NoAck("demo"), prefetch=256
+            conn, self._declare, each_event(self._on_event), NoAck("demo"), prefetch=256
         )
 
     async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
@@ -65,11 +65,7 @@ class EventTail:
         await queue.bind(topology.events, routing_key="#")
         return queue
 
-    async def _on_event(self, message: AbstractIncomingMessage) -> None:
-        try:
-            event = decode(Event, message.body)
-        except InvalidEnvelope:
-            return
+    async def _on_event(self, event: Event, message: AbstractIncomingMessage) -> None:
         self.events.append(event)
         self.figures.observe(event)
         if event.type == "route.decision":

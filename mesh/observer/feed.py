@@ -3,8 +3,8 @@
 The queue is `Topology.observer_queue` (``<ns>.observer.<user>.<name>``, the name the
 observer role may declare), bound to ``#`` and capped by ``x-max-length`` with
 ``drop-head``: an observer that falls behind loses its oldest events, and publishers are
-never slowed. Each event is acked once handled (an outage requeues it), through a
-`mesh.wire.Subscriber`.
+never slowed. Each delivery (one event, or a batch of one routing key) is acked once
+handled (an outage requeues it, a batch whole), through a `mesh.wire.Subscriber`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from mesh.connection import MeshConnection
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
 from mesh.retrying import quietly
-from mesh.schemas import Event, InvalidEnvelope, decode
+from mesh.schemas import Event, InvalidEnvelope, encode
 from mesh.topology import ALL_EVENTS, OBSERVED_EVENTS, declare_spec
-from mesh.wire import AckAfter, Subscriber
+from mesh.wire import AckAfter, Subscriber, each_event, is_batch
 
 logger = logging.getLogger(__name__)
 
-#: called with each event, its bytes as they travelled and the publisher's broker user
+#: called with each event, its bytes (as they travelled; an event of a batch: its own
+#: encoding, the same bytes) and the publisher's broker user
 Sink = Callable[[Event, bytes, str | None], Awaitable[None]]
 
 
@@ -48,7 +49,7 @@ class EventFeed(Lifecycle):
         self.subscriber = Subscriber(
             conn,
             self.queue_name,
-            self.handle,
+            each_event(self.handle, unreadable=self._unreadable),
             AckAfter("observer events"),
             prefetch=settings.prefetch,
             optional=True,
@@ -80,14 +81,13 @@ class EventFeed(Lifecycle):
     async def close(self) -> None:
         await self.subscriber.close()
 
-    async def handle(self, message: AbstractIncomingMessage) -> None:
-        try:
-            event = decode(Event, message.body)
-        except InvalidEnvelope:
-            self.unreadable += 1
-            logger.debug("unreadable event on %s skipped", message.routing_key)
-            return
-        await self.sink(event, message.body, message.user_id)
+    async def handle(self, event: Event, message: AbstractIncomingMessage) -> None:
+        raw = encode(event) if is_batch(message) else message.body
+        await self.sink(event, raw, message.user_id)
+
+    def _unreadable(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
+        self.unreadable += 1
+        logger.debug("unreadable event on %s skipped", message.routing_key)
 
 
 __all__ = ["EventFeed", "Sink"]

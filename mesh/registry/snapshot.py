@@ -47,9 +47,9 @@ from mesh.registry.events import (
     lease_rows,
 )
 from mesh.registry.state import AgentState, load_state
-from mesh.schemas import Event, now_ms
+from mesh.schemas import Event, InvalidEnvelope, now_ms
 from mesh.tasks import raise_if_cancelling
-from mesh.wire import NoAck, Subscriber
+from mesh.wire import NoAck, Subscriber, each_event
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,11 @@ class AgentSnapshot(Lifecycle):
         #: under access control only a registry's agent events count
         self.trust = EventTrust(conn.settings)
         self.subscriber = Subscriber(
-            conn, self._declare, self._on_event, NoAck("agent events"), prefetch=256
+            conn,
+            self._declare,
+            each_event(self._on_event, unreadable=self._unreadable),
+            NoAck("agent events"),
+            prefetch=256,
         )
         self._resync_task: asyncio.Task[None] | None = None
 
@@ -135,9 +139,13 @@ class AgentSnapshot(Lifecycle):
         return found is not None and found.awaited(now_ms() if at_ms is None else at_ms, window_ms)
 
     # --- events ------------------------------------------------------------------------------
-    async def _on_event(self, message: AbstractIncomingMessage) -> None:
+    def _unreadable(self, message: AbstractIncomingMessage, exc: InvalidEnvelope) -> None:
+        logger.warning(
+            "snapshot %s: bad %s event ignored: %s", self.snapshot_id, message.routing_key, exc
+        )
+
+    async def _on_event(self, event: Event, message: AbstractIncomingMessage) -> None:
         try:
-            event = Event.model_validate_json(message.body)
             if not self.trust.believes(message.user_id, event):
                 logger.warning(
                     "snapshot %s: %s from user %r ignored (only a registry's count)",

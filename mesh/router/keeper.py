@@ -48,9 +48,9 @@ from mesh.router.outcomes import (
 from mesh.router.refits import FITTED_EVENT
 from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.router.vectors import VectorCache
-from mesh.schemas import Event, InvalidEnvelope, decode, now_ms
+from mesh.schemas import Event, now_ms
 from mesh.tasks import raise_if_cancelling
-from mesh.wire import NoAck, Subscriber
+from mesh.wire import NoAck, Subscriber, each_event
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,11 @@ class IndexKeeper:
         self.synced = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self.subscriber = Subscriber(
-            conn, self._declare, self._on_event, NoAck("learning events"), prefetch=1_000
+            conn,
+            self._declare,
+            each_event(self._on_event),
+            NoAck("learning events"),
+            prefetch=1_000,
         )
         #: under access control, outcomes count only from a router or the agent's own user
         self.trust = EventTrust(conn.settings)
@@ -340,11 +344,7 @@ class IndexKeeper:
         )
 
     # --- events ----------------------------------------------------------------------------
-    async def _on_event(self, message: AbstractIncomingMessage) -> None:
-        try:
-            event = decode(Event, message.body)
-        except InvalidEnvelope:
-            return
+    async def _on_event(self, event: Event, message: AbstractIncomingMessage) -> None:
         if not self.trust.believes(message.user_id, event):
             logger.warning(
                 "%s from user %r ignored (not entitled to it)", event.type, message.user_id

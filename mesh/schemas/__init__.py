@@ -6,7 +6,7 @@ from mesh.schemas._base import SCHEMA_VERSION, new_id, now_ms
 from mesh.schemas.bid import Bid, BidRequest
 from mesh.schemas.codec import InvalidEnvelope, decode, encode
 from mesh.schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
-from mesh.schemas.event import Event
+from mesh.schemas.event import Event, EventBatch, batch_body
 from mesh.schemas.feedback import Feedback
 from mesh.schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
 from mesh.schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
@@ -22,6 +22,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "bid_request": BidRequest,
     "bid": Bid,
     "event": Event,
+    "event_batch": EventBatch,
     "feedback": Feedback,
 }
 
@@ -35,6 +36,7 @@ __all__ = [
     "Deregistration",
     "ErrorInfo",
     "Event",
+    "EventBatch",
     "Feedback",
     "FieldProblem",
     "Heartbeat",
@@ -44,6 +46,7 @@ __all__ = [
     "Result",
     "RouteInfo",
     "TaskEnvelope",
+    "batch_body",
     "decode",
     "encode",
     "new_id",

@@ -17,6 +17,10 @@ the handler could not), or any object of the `SettlePolicy` protocol the caller 
 A user that may not consume the queue either fails `start()` (the default) or, for an
 ``optional`` subscriber, leaves it off (`Subscriber.disabled`) with an error log naming
 the fix, and the process keeps running.
+
+A consumer of the events exchange hands its handler to `each_event`: a delivery there is
+one `Event` or, marked ``x-mesh-batch``, an `EventBatch` of one routing key
+(`mesh.event_batch`), and `events_of` is the one decoder of both.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from mesh.lifecycle import Lifecycle
 from mesh.messaging import login_of
 from mesh.outage import connection_failure
 from mesh.retrying import TRANSIENT_ERRORS, quietly
+from mesh.schemas import Event, EventBatch, InvalidEnvelope, decode
+from mesh.topology import BATCH_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +54,11 @@ Handler = Callable[[AbstractIncomingMessage], Awaitable[None]]
 Declare = Callable[[AbstractChannel], Awaitable[AbstractQueue]]
 #: what a policy does with a body that cannot be handled (a bug), instead of rejecting it
 BugAction = Callable[[AbstractIncomingMessage, Exception], Awaitable[None]]
+#: handles one event of a delivery (its routing key and publisher's ``user_id`` are the
+#: delivery's, shared by every event of a batch)
+EventHandler = Callable[[Event, AbstractIncomingMessage], Awaitable[None]]
+#: told of a delivery on the events exchange that is neither an event nor a batch
+Unreadable = Callable[[AbstractIncomingMessage, InvalidEnvelope], object]
 
 #: what a consumer cancel may meet on a channel that is going or gone (nothing to do then)
 _CANCEL_ERRORS = (*TRANSIENT_ERRORS, aio_pika.exceptions.AMQPError, RuntimeError)
@@ -70,6 +81,43 @@ async def settle_quietly(action: Awaitable[object]) -> bool:
     except TimeoutError:
         logger.info("ack/nack still waiting on its channel after %.0fs; skipped", SETTLE_TIMEOUT_S)
         return False
+
+
+def is_batch(message: AbstractIncomingMessage) -> bool:
+    """Does the delivery carry an `EventBatch` (``x-mesh-batch``), not one event?"""
+    return BATCH_HEADER in (message.headers or {})
+
+
+def events_of(message: AbstractIncomingMessage) -> list[Event]:
+    """The events one delivery of the events exchange carries, oldest first: the event
+    itself, or every event of its batch.
+
+    Raises:
+        InvalidEnvelope: the body is not an `Event`, nor, with ``x-mesh-batch``, an
+            `EventBatch` (a batch is read whole or not at all).
+    """
+    if is_batch(message):
+        return decode(EventBatch, message.body).events
+    return [decode(Event, message.body)]
+
+
+def each_event(handle: EventHandler, *, unreadable: Unreadable | None = None) -> Handler:
+    """A subscriber's handler that gives `handle` each event of a delivery in turn (one,
+    or a batch's, `events_of`); an unreadable body goes to `unreadable` (else it is
+    skipped). An outage or bug `handle` raises ends the delivery there, as the policy
+    says: a requeued batch comes back whole."""
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        try:
+            events = events_of(message)
+        except InvalidEnvelope as exc:
+            if unreadable is not None:
+                unreadable(message, exc)
+            return
+        for event in events:
+            await handle(event, message)
+
+    return on_message
 
 
 class SettlePolicy(Protocol):
@@ -432,11 +480,16 @@ __all__ = [
     "AckBatched",
     "BugAction",
     "Declare",
+    "EventHandler",
     "Handler",
     "Manual",
     "NoAck",
     "OutageBackoff",
     "SettlePolicy",
     "Subscriber",
+    "Unreadable",
+    "each_event",
+    "events_of",
+    "is_batch",
     "settle_quietly",
 ]

@@ -12,7 +12,8 @@ from mesh.access.roles import Role
 from mesh.connection import MeshConnection
 from mesh.router.plan import RouteChoice, Selector
 from mesh.router.service import RouterService
-from mesh.schemas import Event, RouteInfo, TaskEnvelope, decode
+from mesh.schemas import Event, RouteInfo, TaskEnvelope
+from mesh.wire import events_of
 from mesh.worker.agent import Agent
 from mesh.worker.membership import Membership
 from mesh.worker.runtime import WorkerRuntime
@@ -146,7 +147,7 @@ class EventTap:
         await queue.bind(conn.topology.events, routing_key=pattern)
 
         async def on_event(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-            tap.events.append(decode(Event, message.body))
+            tap.events.extend(events_of(message))  # one event, or a batch
 
         await queue.consume(on_event, no_ack=True)
         return tap

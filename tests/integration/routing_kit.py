@@ -14,9 +14,10 @@ from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.selector import SemanticSelector
 from mesh.router.service import RouterService
-from mesh.schemas import Event, TaskEnvelope, decode
+from mesh.schemas import Event, TaskEnvelope
 from mesh.services import Stop, build_selector, start_registry, start_worker
 from mesh.topology import event_type_bindings
+from mesh.wire import events_of
 from mesh.worker.agent import Agent
 from tests import access_mode
 from tests.access_mode import tap_queue_name
@@ -123,7 +124,7 @@ class EventTap:
         return self
 
     async def _on(self, message: AbstractIncomingMessage) -> None:
-        self.events.append(decode(Event, message.body))
+        self.events.extend(events_of(message))  # one event, or a batch
 
     def of(self, type_: str, task_id: str | None = None) -> list[Event]:
         return [

@@ -23,8 +23,9 @@ from mesh.errors import ConfigError
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory
 from mesh.router.service import RouterService
-from mesh.schemas import Event, TaskEnvelope, decode
+from mesh.schemas import Event, TaskEnvelope
 from mesh.services import start_registry, start_worker
+from mesh.wire import events_of
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned, role_settings
 
@@ -69,7 +70,7 @@ async def _follow_feedback_events(
     await queue.bind(admin.topology.events, routing_key="route.feedback")
 
     async def on_event(message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        seen.append((message.user_id, decode(Event, message.body)))
+        seen.extend((message.user_id, event) for event in events_of(message))
         await message.ack()
 
     await queue.consume(on_event)

@@ -23,6 +23,7 @@ from mesh.registry.snapshot import AgentSnapshot
 from mesh.registry.state import load_instance
 from mesh.schemas import Event, Registration, RegistrationAck, TaskEnvelope, decode, new_id, now_ms
 from mesh.schemas.codec import dumps, loads
+from mesh.wire import events_of
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.integration
@@ -53,7 +54,7 @@ class EventLog:
         await queue.consume(self._on, no_ack=True)
 
     async def _on(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        self.events.append((now_ms(), Event.model_validate_json(message.body)))
+        self.events.extend((now_ms(), event) for event in events_of(message))
 
     def find(
         self, type_: str, instance_id: str, token: int | None = None

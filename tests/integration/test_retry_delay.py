@@ -10,7 +10,8 @@ import pytest
 
 from mesh import Agent, MeshClient, Retry, TaskContext
 from mesh.connection import MeshConnection
-from mesh.schemas import Event, TaskEnvelope, decode
+from mesh.schemas import Event, TaskEnvelope
+from mesh.wire import events_of
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import OrderedSelector, start_router, start_worker
 
@@ -46,7 +47,7 @@ async def test_a_short_delay_is_rounded_up_to_the_next_delay_queue(
 
     async def retrying() -> Event | None:
         message = await events.get(no_ack=True, fail=False)
-        return None if message is None else decode(Event, message.body)
+        return None if message is None else events_of(message)[0]
 
     event = await wait_until(retrying, timeout=10, interval=0.1)
     assert event.type == "task.retrying" and event.task_id == result.task_id
