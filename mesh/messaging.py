@@ -4,7 +4,9 @@ Envelopes, results and dead letters go through a channel with publisher confirms
 persistent. Events and heartbeats are transient and go through a channel without confirms:
 they are cheap, and a lost one is superseded by the next. The per-task events (``task.*``,
 ``route.decision``: `mesh.topology.batched_event`) travel in batches, one message per
-routing key and window (`mesh.event_batch`); `close` sends what waits.
+routing key and window (`mesh.event_batch`), gathered across every publisher of one
+connection (a worker process hosts an agent runtime, and a publisher, per agent); a
+publisher's `close` sends what waits.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import logging
 import time
 import urllib.parse
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -130,6 +133,35 @@ def split_waiter(waiter: str) -> tuple[str, str | None]:
     return reply_to, correlation_id or None
 
 
+class _EventLane:
+    """The batches of one connection's events, shared by its open publishers: a window
+    gathers the events of all of them, and the oldest open one sends them."""
+
+    def __init__(self, conn: MeshConnection) -> None:
+        settings = conn.settings
+        self.publishers: list[Publisher] = []
+        self.batcher = EventBatcher(
+            self._send,
+            window_s=settings.event_batch_window_ms / 1000.0,
+            max_events=settings.event_batch_max_events,
+            on_lost=self.lost,
+        )
+        self.conn = conn
+
+    async def _send(self, key: str, bodies: Sequence[bytes]) -> None:
+        if not self.publishers:
+            raise NotStarted("no publisher of this connection is open")
+        await self.publishers[0].send_events(key, bodies)
+
+    def lost(self, key: str, count: int, exc: BaseException) -> None:
+        if not self.conn.outages.report(exc, what=f"{count} event(s) of {key}"):
+            logger.warning("%d event(s) of %s not sent", count, key, exc_info=exc)
+
+
+#: each connection's `_EventLane`, while one of its publishers is open
+_LANES: weakref.WeakKeyDictionary[MeshConnection, _EventLane] = weakref.WeakKeyDictionary()
+
+
 class Publisher(Lifecycle):
     """Publishes on behalf of one component. `start()` opens its two channels."""
 
@@ -152,14 +184,8 @@ class Publisher(Lifecycle):
         self._drop_reported: dict[str, tuple[float, int]] = {}
         #: when each reason last had a letter refused (a full queue is tried once)
         self._last_drop: dict[str, float] = {}
-        settings = conn.settings
-        #: the per-task events waiting to travel together (`emit`)
-        self.batches = EventBatcher(
-            self._send_events,
-            window_s=settings.event_batch_window_ms / 1000.0,
-            max_events=settings.event_batch_max_events,
-            on_lost=self._events_lost,
-        )
+        #: the connection's batches of events, joined by `start` (`emit`)
+        self._lane: _EventLane | None = None
 
     async def start(self) -> None:
         if self._confirmed is not None:
@@ -169,6 +195,18 @@ class Publisher(Lifecycle):
             self._inject = self.tracing.inject
         self._confirmed = await self.conn.channel(confirms=True)
         self._fast = await self.conn.channel(confirms=False)
+        lane = _LANES.get(self.conn)
+        if lane is None:
+            lane = _LANES[self.conn] = _EventLane(self.conn)
+        lane.publishers.append(self)
+        self._lane = lane
+
+    @property
+    def batches(self) -> EventBatcher:
+        """The batches of per-task events this publisher's connection gathers."""
+        if self._lane is None:
+            raise NotStarted("Publisher.start() was not awaited")
+        return self._lane.batcher
 
     @property
     def channel(self) -> AbstractChannel:
@@ -340,19 +378,15 @@ class Publisher(Lifecycle):
         type unless given (`mesh.topology.event_routing_key`). A per-task event
         (`mesh.topology.batched_event`) joins the batch of its key, sent when the window
         ends or the batch is full (`mesh.event_batch`); any other goes at once."""
-        if self._fast is None:
+        if self._lane is None:
             raise NotStarted("Publisher.start() was not awaited")
         key = routing_key or event.type
         if batched_event(event.type):
-            await self.batches.add(key, encode(event))
+            await self._lane.batcher.add(key, encode(event))
         else:
-            await self._send_events(key, (encode(event),))
+            await self.send_events(key, (encode(event),))
 
-    async def flush_events(self) -> None:
-        """Send the events that wait for their batch now (`close` does)."""
-        await self.batches.flush()
-
-    async def _send_events(self, key: str, bodies: Sequence[bytes]) -> None:
+    async def send_events(self, key: str, bodies: Sequence[bytes]) -> None:
         """One event as itself; more as one `EventBatch` marked `BATCH_HEADER`."""
         ex = await self.exchange(self.topology.events, fast=True)
         if len(bodies) == 1:
@@ -365,10 +399,6 @@ class Publisher(Lifecycle):
         )
         await self.send(ex, message, key, mandatory=False, trace=False)
 
-    def _events_lost(self, key: str, count: int, exc: BaseException) -> None:
-        if not self.conn.outages.report(exc, what=f"{count} event(s) of {key}"):
-            logger.warning("%d event(s) of %s not sent", count, key, exc_info=exc)
-
     async def send_fast(self, exchange: str, routing_key: str, body: bytes, **props: Any) -> None:
         """Transient publish without confirm (heartbeats, control messages)."""
         ex = await self.exchange(exchange, fast=True)
@@ -376,14 +406,11 @@ class Publisher(Lifecycle):
         await self.send(ex, message, routing_key, mandatory=False)
 
     async def close(self) -> None:
-        """Send the events that wait (for at most `CLOSE_FLUSH_TIMEOUT_S`), then close."""
-        if self._fast is not None and not self._fast.is_closed:
-            try:
-                await asyncio.wait_for(self.batches.flush(), CLOSE_FLUSH_TIMEOUT_S)
-            except _FLUSH_ERRORS as exc:
-                self._events_lost("(every key)", self.batches.discard(), exc)
-        else:
-            self.batches.discard()
+        """Send the connection's events that wait (for at most `CLOSE_FLUSH_TIMEOUT_S`;
+        through another of its publishers while one is open), then close."""
+        lane, self._lane = self._lane, None
+        if lane is not None:
+            await self._leave(lane)
         for attr in ("_confirmed", "_fast"):
             channel = getattr(self, attr)
             setattr(self, attr, None)
@@ -391,3 +418,21 @@ class Publisher(Lifecycle):
                 await channel.close()
         self._exchanges.clear()
         self._fast_exchanges.clear()
+
+    async def _leave(self, lane: _EventLane) -> None:
+        last = lane.publishers == [self]
+        if not last:
+            lane.publishers.remove(self)  # the others send from now on
+        try:
+            if last and (self._fast is None or self._fast.is_closed):
+                if dropped := lane.batcher.discard():
+                    logger.info("%d event(s) not sent: the connection is closed", dropped)
+            else:
+                await asyncio.wait_for(lane.batcher.flush(), CLOSE_FLUSH_TIMEOUT_S)
+        except _FLUSH_ERRORS as exc:
+            lane.lost("(every key)", lane.batcher.discard(), exc)
+        finally:
+            if last:
+                lane.publishers.clear()
+                if _LANES.get(self.conn) is lane:
+                    del _LANES[self.conn]

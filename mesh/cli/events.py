@@ -3,10 +3,11 @@
 It binds an exclusive, auto-delete queue of its own (`Topology.events_queue`:
 ``<ns>.observer.<user>.events-<id>``, an observer queue of its AMQP user's) to
 ``<ns>.events`` with each ``--filter`` pattern (AMQP topic patterns: ``task.*``,
-``route.decision``, ``#``) and prints one line per event until Ctrl-C, or until
-``--count`` events were printed: its local time (ISO 8601, milliseconds, UTC offset), its
-type, for an alert whether it is raised or cleared and its subject, the task and agent,
-and the telling parts of its data. ``--json`` prints each event as it travelled.
+``route.decision``, ``#``) and prints one line per event (the events of a batch one by
+one, `mesh.wire.each_event`) until Ctrl-C, or until ``--count`` events were printed: its
+local time (ISO 8601, milliseconds, UTC offset), its type, for an alert whether it is
+raised or cleared and its subject, the task and agent, and the telling parts of its data.
+``--json`` prints each event as it was encoded.
 """
 
 from __future__ import annotations
