@@ -146,7 +146,8 @@ class _EventLane:
             max_events=settings.event_batch_max_events,
             on_lost=self.lost,
         )
-        self.conn = conn
+        # not the connection itself: it is the key of the lane's weak entry in `_LANES`
+        self.outages = conn.outages
 
     async def _send(self, key: str, bodies: Sequence[bytes]) -> None:
         if not self.publishers:
@@ -154,7 +155,7 @@ class _EventLane:
         await self.publishers[0].send_events(key, bodies)
 
     def lost(self, key: str, count: int, exc: BaseException) -> None:
-        if not self.conn.outages.report(exc, what=f"{count} event(s) of {key}"):
+        if not self.outages.report(exc, what=f"{count} event(s) of {key}"):
             logger.warning("%d event(s) of %s not sent", count, key, exc_info=exc)
 
 
