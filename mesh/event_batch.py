@@ -12,7 +12,9 @@ faster than the broker is held as before).
 
 The routing key stays the event's own, so topic permissions and bindings are those of
 single events; every consumer reads both shapes through `mesh.wire.events_of`. When the
-window ends, every key is sent in the order its first event came; `flush` (the
+window ends, every key is sent in the order its first event came: events of one key keep
+their order, events of different keys within one window may not (as events of different
+processes never did; each carries its ``ts_ms``); `flush` (the
 publisher's close) sends what is pending and waits for the sends under way. A send the
 window started that fails (an outage) loses its events, as a lost single event would be:
 events are transient, and `on_lost` is told.
