@@ -129,6 +129,10 @@ class Keys:
         breaker open (`mesh.router.breaker.SharedBreakers`)."""
         return f"{self.prefix}:breaker:{agent_id}"
 
+    def breakers_version(self) -> str:
+        """Counter: raised each time a router opens a breaker (readers re-read only then)."""
+        return f"{self.prefix}:breakers-version"
+
     def stats(self, agent_id: str) -> str:
         """Hash: per-agent success / failure counters."""
         return f"{self.prefix}:stats:{agent_id}"

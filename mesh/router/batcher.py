@@ -4,6 +4,10 @@
 being embedded wait for the next one, which takes up to `batch_size` of them in one call
 of the embedder (in a worker thread, so the event loop keeps consuming). A single query on
 an idle router is embedded at once: batching adds no latency, it only absorbs bursts.
+
+Under load (the last batch held several texts, or texts arrived while one was embedded)
+a batch waits `GATHER_S` for more before it goes: a text costs the model about half as
+much in a batch of four as alone, and the wait is small beside the queueing it saves.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from mesh.router.embedding import Embedder
 
 logger = logging.getLogger(__name__)
 
+#: under load, how long a batch waits for more texts before it is embedded
+GATHER_S = 0.002
+
 
 class QueryBatcher:
     def __init__(self, embedder: Embedder, batch_size: int = 64) -> None:
@@ -27,6 +34,8 @@ class QueryBatcher:
         self._running: asyncio.Task[None] | None = None
         self.batches = 0
         self.texts = 0
+        #: the last batch held several texts, or texts queued while it was embedded
+        self._loaded = False
 
     async def embed(self, text: str) -> NDArray[np.float32]:
         fut: asyncio.Future[NDArray[np.float32]] = asyncio.get_running_loop().create_future()
@@ -37,6 +46,8 @@ class QueryBatcher:
 
     async def _drain(self) -> None:
         while self._queue:
+            if self._loaded and len(self._queue) < self.batch_size:
+                await asyncio.sleep(GATHER_S)
             batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
             texts = [t for t, _ in batch]
             try:
@@ -49,6 +60,7 @@ class QueryBatcher:
                 continue
             self.batches += 1
             self.texts += len(texts)
+            self._loaded = len(texts) > 1 or bool(self._queue)
             for (_, fut), vec in zip(batch, vectors, strict=True):
                 if not fut.done():
                     fut.set_result(vec)

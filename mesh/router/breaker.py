@@ -7,9 +7,11 @@ go; its success closes the breaker, its failure opens it again.
 
 Every router keeps its own window; an opening is shared through Redis (`SharedBreakers`:
 ``<prefix>:breaker:<agent_id>`` holds the time it stays open until), so a router that did
-not see the failures refuses the agent too. A router reads that key at most once per agent
-every `SHARED_TTL_S` (no Redis round trip on most decisions) and, when Redis is away, decides
-with its own view.
+not see the failures refuses the agent too. Each opening also raises
+``<prefix>:breakers-version``: a router reads that one counter at most every `SHARED_TTL_S`
+and an agent's key only when the counter moved since it last read that key (no Redis round
+trip on most decisions, one a while whatever the number of agents targeted); when Redis is
+away it decides with its own view.
 """
 
 from __future__ import annotations
@@ -140,35 +142,50 @@ class SharedBreakers:
     def __init__(self, redis: Any, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        #: agent_id -> (monotonic time read, epoch ms it is open until; 0: not open)
-        self._seen: dict[str, tuple[float, int]] = {}
+        #: agent_id -> (the openings counter when read, epoch ms it is open until; 0: not)
+        self._seen: dict[str, tuple[int, int]] = {}
+        #: the openings counter (`Keys.breakers_version`) as last read, and when (monotonic)
+        self._version = -1
+        self._version_read = float("-inf")
         self._writes: set[asyncio.Task[None]] = set()
 
     def publish(self, agent_id: str, open_s: float) -> None:
         """A breaker of this router opened: tell the others (written in the background)."""
         until = now_ms() + int(open_s * 1000)
-        self._seen[agent_id] = (time.monotonic(), until)
+        self._seen[agent_id] = (self._version, until)
         task = asyncio.get_running_loop().create_task(self._write(agent_id, until, open_s))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
     async def _write(self, agent_id: str, until: int, open_s: float) -> None:
         try:
-            await self.redis.set(self.keys.breaker(agent_id), until, px=int(open_s * 1000))
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(self.keys.breaker(agent_id), until, px=int(open_s * 1000))
+            pipe.incr(self.keys.breakers_version())
+            await pipe.execute()
         except TRANSIENT_ERRORS as exc:
             if not report_outage(exc, what="sharing breakers"):
                 logger.warning("breaker of agent=%s not shared (Redis away)", agent_id)
 
     async def open_until_ms(self, agent_id: str) -> int:
         """Until when (epoch ms) some router holds `agent_id`'s breaker open (0: none)."""
-        now = time.monotonic()
         seen = self._seen.get(agent_id)
-        if seen is not None and now - seen[0] < SHARED_TTL_S:
-            return seen[1]
         try:
+            version = await self._current_version()
+            if seen is not None and seen[0] == version:
+                return seen[1]  # no breaker opened anywhere since it was read
             raw = await self.redis.get(self.keys.breaker(agent_id))
         except TRANSIENT_ERRORS:
             return seen[1] if seen is not None else 0  # Redis away: our own view
         until = int(raw) if raw is not None else 0
-        self._seen[agent_id] = (now, until)
+        self._seen[agent_id] = (version, until)
         return until
+
+    async def _current_version(self) -> int:
+        """The openings counter, read from Redis at most every `SHARED_TTL_S`."""
+        now = time.monotonic()
+        if now - self._version_read >= SHARED_TTL_S:
+            raw = await self.redis.get(self.keys.breakers_version())
+            self._version = int(raw) if raw is not None else 0
+            self._version_read = now
+        return self._version

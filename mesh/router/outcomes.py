@@ -60,6 +60,8 @@ class _Dispatched:
     agent_id: str
     text: str
     rerouted: bool
+    #: its text is learned when it completes (the router chose the agent: not a target)
+    learns: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +93,11 @@ class OutcomeLedger:
     def pending(self) -> bool:
         return bool(self._routes or self._outcomes or self._counted)
 
-    def remember(self, envelope: TaskEnvelope, agent_id: str) -> None:
-        """A task this router sent to `agent_id` (its text is learned if it completes)."""
+    def remember(self, envelope: TaskEnvelope, agent_id: str, *, learns: bool = True) -> None:
+        """A task this router sent to `agent_id` (its text is learned if it completes, unless
+        not `learns`: a target, which the caller chose)."""
         rerouted = envelope.reroutes > 0 or bool(envelope.excluded_agents)
-        mine = _Dispatched(agent_id, envelope.capability, rerouted)
+        mine = _Dispatched(agent_id, envelope.capability, rerouted, learns)
         self._recent[envelope.task_id] = mine
         while len(self._recent) > RECENT_LIMIT:
             self._recent.popitem(last=False)
@@ -127,7 +130,8 @@ class OutcomeLedger:
                 counted["fault"] = counted.get("fault", 0) + 1
         mine = self._recent.pop(event.task_id, None)
         if mine is not None and mine.agent_id == agent_id:
-            learn_text = mine.text if kind == "completed" and not mine.rerouted else None
+            learns = kind == "completed" and mine.learns and not mine.rerouted
+            learn_text = mine.text if learns else None
             self._outcomes.append(Outcome(agent_id, event.task_id, kind, learn_text))
         return agent_id
 

@@ -281,10 +281,14 @@ class SemanticSelector(Lifecycle):
             return []
 
     def dispatched(self, envelope: TaskEnvelope, choice: RouteChoice) -> None:
-        """The router published `choice` and it was confirmed: now it counts."""
+        """The router published `choice` and it was confirmed: now it counts. The text of a
+        task the router chose is learned when it completes; a target's is not (the caller
+        chose the agent: learning it would cost an embedding, a ``route.learned`` for every
+        router and head refits, and teach nothing about choosing)."""
         self.breakers.on_dispatch(choice.agent_id)
         self.keeper.count_dispatch(choice.agent_id)
-        self.ledger.remember(envelope, choice.agent_id)
+        learns = choice.route.strategy != "target"
+        self.ledger.remember(envelope, choice.agent_id, learns=learns)
 
     async def _bid_or_fallback(
         self, envelope: TaskEnvelope, decision: Decision, explain: dict[str, Any]
