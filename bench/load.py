@@ -22,6 +22,7 @@ Usage::
     .venv/bin/python bench/load.py --agents 20 --steps 50,100 --step-s 5 --big-agents 0
     .venv/bin/python bench/load.py --tiny        # a smoke run (< 1 min)
     .venv/bin/python bench/load.py --metrics on,off ...   # the cost of /metrics, same run
+    .venv/bin/python bench/load.py --access off,on ...    # the cost of access control
     .venv/bin/python bench/load.py --agents 100 --steps 100 --step-s 5 --closed-s 10 \
         --big-agents 0 --idle-s 30       # the CPU budget's point, idle included (< 10 min)
 
@@ -32,6 +33,15 @@ per task by each of them (bench/brokerstat.py: the management API's per-channel 
 read once the broker caught up, about 7 s after each run); Redis commands and socket reads
 per task (the whole server's). ``--idle-s N``: each mesh process's CPU in cores over N
 seconds, starting 5 s after the load stopped, once per router count.
+
+``--access off,on`` measures one mesh without access control and one with it, in that
+order (bench/load_access.py): the second in a throwaway vhost provisioned as
+``mesh access provision --create-vhost --keep-guest --keep-redis-default`` would (guest and
+Redis' ``default`` user untouched), every process with its role's login,
+``MESH_ACCESS_CONTROL=true`` and ``MESH_TOPOLOGY=passive``; the vhost, its users and their
+Redis ACL users are deleted afterwards. Both meshes host their agents in
+bench/load_logins.py processes, one connection per agent (an agent's login is its own), so
+they differ only by access control; the table ends with their ratio.
 
 ``--metrics on,off`` measures one mesh with ``MESH_METRICS_PORT=0`` in every process and
 one without, in that order, and prints the ratio of their closed-loop medians; the routers'
@@ -67,8 +77,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import brokerstat, procstat  # noqa: E402
+from bench.load_access import CLIENT, Tenant, provisioned  # noqa: E402
 from bench.load_agents import agent_ids, intent_ids, queries  # noqa: E402
 from bench.load_components import component_rows, component_table, idle_table  # noqa: E402
+from mesh.access.roles import Role  # noqa: E402
 from mesh.client import MeshClient  # noqa: E402
 from mesh.config import Settings  # noqa: E402
 from mesh.connection import MeshConnection, connect  # noqa: E402
@@ -76,6 +88,7 @@ from mesh.errors import ServiceUnavailable  # noqa: E402
 from mesh.management import Management  # noqa: E402
 from mesh.registry.state import load_state  # noqa: E402
 from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope, new_id, now_ms  # noqa: E402
+from mesh.topology import REDACTED_DECISION_KEY  # noqa: E402
 from mesh.wire import events_of  # noqa: E402
 
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
@@ -189,6 +202,8 @@ class RouteTap:
             auto_delete=True,
         )
         await queue.bind(self.conn.topology.events, routing_key="route.decision")
+        # under access control routers send decisions without the request's text there
+        await queue.bind(self.conn.topology.events, routing_key=REDACTED_DECISION_KEY)
         await queue.consume(self._on_event, no_ack=True)
 
     async def _on_event(self, message: AbstractIncomingMessage) -> None:
@@ -628,6 +643,24 @@ def start_mesh_workers(children: Children, n: int, per_process: int, handler_ms:
         )
 
 
+def start_login_workers(
+    children: Children, n: int, per_process: int, handler_ms: float, tenant: Tenant | None
+) -> None:
+    """`--access`: bench/load_logins.py processes, one connection per agent, each agent
+    under its ``worker.<agent_id>`` login (`tenant`) or all on the environment's (None)."""
+    env = {"LOAD_HANDLER_MS": str(handler_ms)} if handler_ms else {}
+    if tenant is not None:
+        path = children.log_dir / "logins.json"
+        env["LOAD_LOGINS"] = str(tenant.write_logins(path, agent_ids(0, n)))
+        env.update(MESH_ACCESS_CONTROL="true", MESH_TOPOLOGY="passive")
+    for i, piece in enumerate(worker_slices(n, per_process)):
+        children.spawn(
+            f"worker{i}",
+            [PYTHON, str(ROOT / "bench" / "load_logins.py")],
+            {**env, "LOAD_AGENTS": piece},
+        )
+
+
 def spawn_raw_router(children: Children, i: int, n: int, ready: Path) -> None:
     """Raw router number `i` over agents 0..n, touching `ready` once it consumes."""
     cmd = [PYTHON, str(ROOT / "bench" / "raw_pipeline.py"), "router"]
@@ -708,9 +741,17 @@ def scrape_dispatches(children: Children) -> float:
     return total
 
 
-def config_name(kind: str, n_agents: int, routers: int, metrics: str | None) -> str:
+def config_name(
+    kind: str, n_agents: int, routers: int, metrics: str | None, access: str | None = None
+) -> str:
     base = f"{kind} n{n_agents} r{routers}"
-    return base if metrics is None else f"{base} m-{metrics}"
+    base = base if metrics is None else f"{base} m-{metrics}"
+    return base if access is None else f"{base} ac-{access}"
+
+
+def role_env(tenant: Tenant | None, role: Role) -> dict[str, str]:
+    """The login of a mesh process of `role` under access control (none without)."""
+    return {} if tenant is None else tenant.env(role)
 
 
 async def run_config(
@@ -721,31 +762,50 @@ async def run_config(
     args: argparse.Namespace,
     outcome: Outcome,
     metrics: str | None = None,
+    access: str | None = None,
 ) -> None:
     """One namespace: its processes up, every mode x router count measured, torn down.
 
     `metrics` ``on``: every mesh process serves /metrics (``MESH_METRICS_PORT=0``); ``off``
     or None: none does (None: `--metrics` was not asked for, the names stay as they were).
+    `access` ``on``: every process under its provisioned role (bench/load_access.py);
+    ``on`` or ``off``: the workers are bench/load_logins.py processes (a connection per
+    agent, each agent under its own login when on).
     """
     settings = Settings.from_env(namespace=f"{'raw' if kind == 'raw' else 'bench'}-{new_id()[:8]}")
     log_dir = Path(f"/tmp/bench-load-{settings.namespace}")
     env = {} if metrics is None else {"MESH_METRICS_PORT": "0" if metrics == "on" else ""}
     children = Children(settings.namespace, log_dir, env)
     log(f"{kind} with {n_agents} agents: namespace {settings.namespace}, logs in {log_dir}")
+    targets = agent_ids(0, n_agents)
     try:
-        async with await connect(settings, name="bench-load") as conn:
+        async with contextlib.AsyncExitStack() as stack:
+            tenant = None
+            if access == "on":
+                tenant = await stack.enter_async_context(provisioned(settings, targets))
+                log(f"  access control on: vhost {tenant.scope.vhost}, {len(tenant.creds)} users")
+            # `conn`: the shared logins (CPU pids, Redis INFO, the management API);
+            # `mesh_conn`: the mesh's keys and events (the admin under access control)
+            conn = await stack.enter_async_context(await connect(settings, name="bench-load"))
+            mesh_conn, client_conn = conn, conn
+            if tenant is not None:
+                mesh_conn = await stack.enter_async_context(
+                    await connect(tenant.settings(Role("admin")), name="bench-load-admin")
+                )
+                client_conn = await stack.enter_async_context(
+                    await connect(tenant.settings(Role("client", CLIENT)), name="bench-load-client")
+                )
             others = external_pids(await redis_pid(conn))
-            await bring_up(kind, n_agents, children, conn, args, log_dir)
-            client = BenchClient(conn)
+            await bring_up(kind, n_agents, children, mesh_conn, args, log_dir, access, tenant)
+            client = BenchClient(client_conn)
             async with client:
-                tap = RouteTap(conn)
+                tap = RouteTap(mesh_conn)
                 await tap.start()
-                targets = agent_ids(0, n_agents)
                 await ready_to_route(kind, client, tap, targets, children, args)
                 for routers in router_counts:
-                    await add_routers(kind, routers, n_agents, children, conn, log_dir)
+                    await add_routers(kind, routers, n_agents, children, mesh_conn, log_dir, tenant)
                     sc = Scenario(
-                        config_name(kind, n_agents, routers, metrics),
+                        config_name(kind, n_agents, routers, metrics, access),
                         kind,
                         n_agents,
                         routers,
@@ -763,6 +823,7 @@ async def run_config(
                         count = await asyncio.to_thread(scrape_dispatches, children)
                         outcome.scraped_dispatches[sc.config] = count
                         log(f"  {sc.config}: the routers' /metrics served {count:.0f} dispatches")
+            children.stop()  # before the tenant's users and vhost go
     finally:
         children.stop()
         await cleanup(settings)
@@ -801,15 +862,22 @@ async def bring_up(
     conn: MeshConnection,
     args: argparse.Namespace,
     log_dir: Path,
+    access: str | None = None,
+    tenant: Tenant | None = None,
 ) -> None:
     if kind == "raw":
         ready = start_raw(children, n_agents, 1, log_dir)
         await wait_for(lambda: all(p.exists() for p in ready), 120, "raw pipeline up", children)
         return
-    children.spawn("registry", [MESH, "registry"])
-    children.spawn("router0", [MESH, "router"], router_env())
+    children.spawn("registry", [MESH, "registry"], role_env(tenant, Role("registry")))
+    children.spawn(
+        "router0", [MESH, "router"], {**router_env(), **role_env(tenant, Role("router"))}
+    )
     per_process = AGENTS_PER_WORKER if n_agents <= 150 else args.big_per_process
-    start_mesh_workers(children, n_agents, per_process, args.handler_ms)
+    if access is None:
+        start_mesh_workers(children, n_agents, per_process, args.handler_ms)
+    else:
+        start_login_workers(children, n_agents, per_process, args.handler_ms, tenant)
     started = time.monotonic()
     await wait_for(
         lambda: _at_least(live_agents(conn), n_agents), 600, f"{n_agents} live agents", children
@@ -843,6 +911,7 @@ async def add_routers(
     children: Children,
     conn: MeshConnection,
     log_dir: Path,
+    tenant: Tenant | None = None,
 ) -> None:
     """Start routers until `routers` consume the router queue."""
     have = sum(1 for name in children.procs if name.startswith("router"))
@@ -851,7 +920,8 @@ async def add_routers(
             path = log_dir / f"raw-router{i}.ready"
             spawn_raw_router(children, i, n_agents, path)
         else:
-            children.spawn(f"router{i}", [MESH, "router"], router_env())
+            login = role_env(tenant, Role("router"))
+            children.spawn(f"router{i}", [MESH, "router"], {**router_env(), **login})
     queue = conn.topology.router_queue
     await wait_for(
         lambda: _at_least(consumers(conn, queue), routers), 300, f"{routers} routers", children
@@ -922,7 +992,35 @@ def table(outcome: Outcome) -> str:
             f"metrics cost, {config} {mode}: on {on:.1f}/s vs off {off:.1f}/s = "
             f"{on / off:.3f} ({(1 - on / off) * 100:+.1f}% throughput lost)"
         )
+    for (config, mode), (on_c, off_c) in access_costs(outcome).items():
+        cpu_on, cpu_off = closed_cpu(on_c), closed_cpu(off_c)
+        cpu = "" if not cpu_on or not cpu_off else f"; CPU/task {cpu_on / cpu_off - 1:+.1%}"
+        lines.append(
+            f"access control cost, {config} {mode}: on {on_c.median_per_s:.1f}/s "
+            f"[{on_c.min_per_s:.1f}-{on_c.max_per_s:.1f}] vs off {off_c.median_per_s:.1f}/s "
+            f"[{off_c.min_per_s:.1f}-{off_c.max_per_s:.1f}] = "
+            f"{on_c.median_per_s / off_c.median_per_s:.3f}{cpu}"
+        )
     return "\n".join(lines)
+
+
+def access_costs(outcome: Outcome) -> dict[tuple[str, str], tuple[Closed, Closed]]:
+    """(config without the access tag, mode) -> the closed loops with access on, off."""
+    by = {(c.config, c.mode): c for c in outcome.closed}
+    found = {}
+    for (config, mode), on in by.items():
+        if config.endswith(" ac-on"):
+            base = config.removesuffix(" ac-on")
+            off = by.get((f"{base} ac-off", mode))
+            if off is not None and off.median_per_s:
+                found[(base, mode)] = (on, off)
+    return found
+
+
+def closed_cpu(c: Closed) -> float | None:
+    """The median of a closed loop's runs' total CPU ms per task."""
+    values = [v for r in c.runs if (v := r.cpu_ms_per_task.get("total")) is not None]
+    return statistics.median(values) if values else None
 
 
 def metrics_costs(outcome: Outcome) -> dict[tuple[str, str], tuple[float, float]]:
@@ -968,6 +1066,16 @@ def write_json(outcome: Outcome, args: argparse.Namespace, started: str) -> Path
                 for (config, mode), (on, off) in metrics_costs(outcome).items()
             },
         },
+        "access": {
+            f"{config} {mode}": {
+                "on_per_s": on.median_per_s,
+                "off_per_s": off.median_per_s,
+                "ratio": round(on.median_per_s / off.median_per_s, 4),
+                "on_cpu_ms_per_task": closed_cpu(on),
+                "off_cpu_ms_per_task": closed_cpu(off),
+            }
+            for (config, mode), (on, off) in access_costs(outcome).items()
+        },
     }
     body = json.dumps(doc, indent=1, default=str)
     path = folder / f"load-{started.replace(':', '')}.json"
@@ -999,6 +1107,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "or not, one mesh each in this order (default: as the environment says)",
     )
     p.add_argument(
+        "--access",
+        default=None,
+        help="on, off or off,on: the mesh's processes under access control, each with its "
+        "provisioned role's login in a throwaway vhost (bench/load_access.py), or not, one "
+        "mesh each in this order; either way the workers are bench/load_logins.py processes "
+        "with one connection per agent (default: as the environment says, `mesh worker`)",
+    )
+    p.add_argument(
         "--router-code",
         default=None,
         help="run the routers from this checkout (e.g. an older commit) to compare",
@@ -1026,6 +1142,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     if not set(args.metrics_list) <= {None, "on", "off"} or not args.metrics_list:
         p.error(f"--metrics takes on, off or on,off (got {args.metrics})")
+    args.access_list = (
+        [None] if args.access is None else [a.strip() for a in args.access.split(",")]
+    )
+    if not set(args.access_list) <= {None, "on", "off"} or not args.access_list:
+        p.error(f"--access takes on, off, on,off or off,on (got {args.access})")
     bad = set(args.mode_list) - {"semantic", "target"}
     if bad or not args.router_counts or min(args.router_counts) < 1:
         p.error(f"modes are semantic/target and routers >= 1 (got {args.modes}, {args.routers})")
@@ -1037,8 +1158,11 @@ async def run_all(args: argparse.Namespace) -> Outcome:
     if not args.skip_raw:
         await run_config("raw", args.agents, args.router_counts, ["target"], args, outcome)
     for metrics in args.metrics_list:
-        modes = args.mode_list
-        await run_config("mesh", args.agents, args.router_counts, modes, args, outcome, metrics)
+        for access in args.access_list:
+            modes = args.mode_list
+            await run_config(
+                "mesh", args.agents, args.router_counts, modes, args, outcome, metrics, access
+            )
     if args.big_agents > 0:
         big_routers = args.router_counts[:1]
         await run_config(
@@ -1049,6 +1173,7 @@ async def run_all(args: argparse.Namespace) -> Outcome:
             args,
             outcome,
             args.metrics_list[0],
+            args.access_list[0],
         )
     return outcome
 

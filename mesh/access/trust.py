@@ -10,7 +10,9 @@ is entitled to them, however the topic permissions were set:
   feedback): from a router only. A ``route.learned`` carries texts for any number of
   agents: no worker may teach the routers, not even about its own agent (a client's
   feedback goes to a router over AMQP, which checks the client owns the task and emits
-  ``route.feedback`` itself).
+  ``route.feedback`` itself). A router then believes a ``route.learned`` item by item
+  (`IndexKeeper._vouched`): only where the routing record of the item's task, which only
+  routers write, names the item's agent and text.
 
 Without access control every event is believed, as before.
 """

@@ -54,6 +54,11 @@ from mesh.wire import NoAck, Subscriber, each_event
 
 logger = logging.getLogger(__name__)
 
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 #: how often loads and liveness are copied from the snapshot into the index
 STATS_REFRESH_S = 1.0
 #: how often queued routing records and outcomes are written (one pipeline each time)
@@ -104,6 +109,8 @@ class IndexKeeper:
         #: texts learned from this router / from others
         self.learned_here = 0
         self.learned_elsewhere = 0
+        #: ``route.learned`` items no routing record vouched for (access control)
+        self.learned_refused = 0
         #: outcome events this router took in (its own dispatches' and untagged ones), and
         #: other routers' ``route.counts`` it applied
         self.outcome_events = 0
@@ -334,6 +341,7 @@ class IndexKeeper:
                 "items": [
                     {
                         "agent_id": item.agent_id,
+                        "task_id": item.task_id,
                         "slot": item.slot,
                         "text": item.text,
                         "vector": base64.b64encode(np.asarray(vec, "<f4").tobytes()).decode(),
@@ -351,6 +359,8 @@ class IndexKeeper:
             )
             return
         try:
+            if event.type == LEARNED_EVENT and self.trust.enabled:
+                event = await self._vouched(event)
             self.take(event, own=message.routing_key != event.type)
         except Exception:
             logger.error("learning from %s failed", event.type, exc_info=True)
@@ -382,6 +392,42 @@ class IndexKeeper:
         self._stats_due.add(agent_id)
         if self.ledger.pending:
             self._wake.set()
+
+    async def _vouched(self, event: Event) -> Event:
+        """A ``route.learned`` with only the items its tasks' routing records vouch for.
+
+        Under access control a learned item is believed item by item, not for its sender
+        alone: the record a router wrote when it routed the task (`Keys.outcome`, which
+        only routers write) must name the item's agent and text. So an item for an agent
+        the task was never dispatched to, or with another text, is dropped and counted
+        (`learned_refused`). One round trip for the whole event.
+        """
+        items = [i for i in event.data.get("items", ()) if isinstance(i, dict)]
+        if not items or event.data.get("from") == self.keeper_id:
+            return event
+        pipe = self.conn.redis.pipeline(transaction=False)
+        for item in items:
+            pipe.hmget(self.conn.keys.outcome(str(item.get("task_id") or "")), "agent_id", "text")
+        records = await pipe.execute()
+        kept = []
+        for item, (agent_id, text) in zip(items, records, strict=True):
+            if (
+                item.get("task_id")
+                and agent_id is not None
+                and _s(agent_id) == str(item.get("agent_id"))
+                and text is not None
+                and _s(text) == str(item.get("text"))
+            ):
+                kept.append(item)
+            else:
+                self.learned_refused += 1
+                logger.warning(
+                    "route.learned item for agent %r (task %r) ignored: the task's routing "
+                    "record does not vouch for it",
+                    item.get("agent_id"),
+                    item.get("task_id"),
+                )
+        return event.model_copy(update={"data": {**event.data, "items": kept}})
 
     def _apply_learned(self, event: Event) -> None:
         data = event.data

@@ -66,11 +66,13 @@ class _Dispatched:
 
 @dataclass(frozen=True, slots=True)
 class Learned:
-    """A text Redis put into slot `slot` of `agent_id`'s reservoir."""
+    """A text Redis put into slot `slot` of `agent_id`'s reservoir, from task `task_id`
+    (whose routing record vouches for it to the other routers)."""
 
     agent_id: str
     slot: int
     text: str
+    task_id: str = ""
 
 
 class OutcomeLedger:
@@ -157,7 +159,7 @@ class OutcomeLedger:
             await pipe.execute()
         answers = await self.memory.record_many(outcomes)
         return [
-            Learned(o.agent_id, slot, o.learn_text)
+            Learned(o.agent_id, slot, o.learn_text, o.task_id)
             for o, slot in zip(outcomes, answers, strict=True)
             if slot >= 0 and o.learn_text is not None
         ]

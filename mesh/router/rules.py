@@ -7,7 +7,8 @@ removed in O(its tags + keywords), never by walking every agent.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 #: a run of CJK characters (the scripts of `mesh.router.lexical`), captured for `re.split`
@@ -17,6 +18,7 @@ _CJK_RUN = re.compile(r"([\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]+)")
 CJK_SPAN = 4
 
 Keyword = tuple[str, ...]
+K = TypeVar("K", bound=Hashable)
 
 
 def tokens(text: str) -> list[str]:
@@ -40,6 +42,14 @@ def keyword_tokens(keywords: Iterable[str]) -> tuple[Keyword, ...]:
     return tuple(t for t in (tuple(tokens(k)) for k in keywords) if t)
 
 
+def _discard(by: dict[K, set[str]], key: K, agent_id: str) -> None:
+    held = by.get(key)
+    if held is not None:
+        held.discard(agent_id)
+        if not held:
+            del by[key]
+
+
 class RuleIndex:
     """Tags and keywords of every agent."""
 
@@ -56,10 +66,12 @@ class RuleIndex:
         self._keywords[agent_id] = keywords
 
     def remove(self, agent_id: str, tags: Mapping[str, str]) -> None:
+        """Forget `agent_id`'s tags and keywords; a tag or word nobody holds any more goes
+        (a profile replaced with new tags or keywords leaves nothing behind)."""
         for k, v in tags.items():
-            self._by_tag.get((k, v), set()).discard(agent_id)
+            _discard(self._by_tag, (k, v), agent_id)
         for kw in self._keywords.pop(agent_id, ()):
-            self._by_keyword.get(kw[0], set()).discard(agent_id)
+            _discard(self._by_keyword, kw[0], agent_id)
 
     def with_tags(self, required: Mapping[str, str]) -> set[str] | None:
         """Agents whose tags contain every ``k=v`` of `required` (None: no rule at all)."""
