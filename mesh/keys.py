@@ -129,6 +129,11 @@ class Keys:
         breaker open (`mesh.router.breaker.SharedBreakers`)."""
         return f"{self.prefix}:breaker:{agent_id}"
 
+    def cold_start(self, agent_id: str) -> str:
+        """Hash, expiring: a cold agent's quota counters over every router: ``seen`` (tasks
+        it was close on) and ``given`` (of those, the ones it got; `mesh.router.coldstart`)."""
+        return f"{self.prefix}:cold-start:{agent_id}"
+
     def stats(self, agent_id: str) -> str:
         """Hash: per-agent success / failure counters."""
         return f"{self.prefix}:stats:{agent_id}"
