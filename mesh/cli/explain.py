@@ -265,7 +265,7 @@ def reason(decision: Decision, rows: list[Candidate]) -> str:
     what = {
         "best": "highest total",
         "arbitrated": "near tie arbitrated by similarity, then load, then success rate",
-        "explore": "cold-start exploration",
+        "explore": "the cold-start quota (a new agent close to the best)",
     }.get(decision.strategy, decision.strategy)
     detail = f" (total {win.total:.3f}, similarity {win.similarity:.3f})" if win else ""
     runner = f"; runner-up {decision.runner_up}" if decision.runner_up else ""
