@@ -43,6 +43,14 @@ def _words(rng: np.random.Generator, k: int) -> str:
     return " ".join([*rng.choice(COMMON, 3), *picked])
 
 
+class _Served:
+    """A cold-start quota view where every cold agent had its share: each decision walks
+    all of its contenders (the quota's slowest path)."""
+
+    def counts(self, agent_id: str) -> tuple[int, int]:
+        return (0, 1_000)
+
+
 def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float, float]:
     """p50 and p99 of the median round, and the worst round's p99 (ms)."""
     index = CapabilityIndex(DIM, seed=0)
@@ -73,13 +81,13 @@ def decision_times(n: int, rng: np.random.Generator) -> tuple[float, float, floa
     weights = ScoreWeights.from_settings(Settings(), threshold=0.3)
     queries = _unit(rng.standard_normal((QUERIES, DIM)))
     texts = [f"{_words(rng, 10)} kw3" for _ in range(QUERIES)]
-    pick = np.random.default_rng(1)
+    quota = _Served()
     rounds = []
     for _ in range(ROUNDS):
         times = np.empty(QUERIES)
         for q in range(QUERIES):
             t0 = time.perf_counter()
-            score(index, queries[q], weights, query_text=texts[q], rng=pick)
+            score(index, queries[q], weights, query_text=texts[q], quota=quota)
             times[q] = time.perf_counter() - t0
         rounds.append(np.percentile(times, (50, 99)) * 1e3)
     p50, p99 = np.median(rounds, axis=0)

@@ -351,8 +351,14 @@ class Settings(BaseModel):
     human_queue: bool = True
     #: slots of an agent's learned-example reservoir in Redis
     example_memory_size: int = Field(default=50, ge=1)
-    #: share of decisions given to a cold agent (few completed tasks) to learn about it
+    #: the cold-start quota: a cold agent (fewer than ``cold_start_completions`` completed
+    #: tasks) gets at least this share of the tasks it is close on (`mesh.router.coldstart`)
     exploration_share: float = Field(default=0.05, ge=0, le=1)
+    #: completed tasks (counted by every router) after which an agent gets no quota (0: none)
+    cold_start_completions: int = Field(default=5, ge=0)
+    #: how close a cold agent must be to the best candidate, in total and in confidence
+    #: below the threshold, for a task to count towards its quota
+    cold_start_margin: float = Field(default=0.10, ge=0, le=1)
     #: split a request carrying several intents ("... also ...", "...还有...") into child
     #: tasks on its trace and answer with one merged Result (`mesh.router.compound`;
     #: README "Multi-intent requests")

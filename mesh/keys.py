@@ -133,6 +133,11 @@ class Keys:
         """Counter: raised each time a router opens a breaker (readers re-read only then)."""
         return f"{self.prefix}:breakers-version"
 
+    def cold_start(self, agent_id: str) -> str:
+        """Hash, expiring: a cold agent's quota counters over every router: ``seen`` (tasks
+        it was close on) and ``given`` (of those, the ones it got; `mesh.router.coldstart`)."""
+        return f"{self.prefix}:cold-start:{agent_id}"
+
     def stats(self, agent_id: str) -> str:
         """Hash: per-agent success / failure counters."""
         return f"{self.prefix}:stats:{agent_id}"

@@ -33,11 +33,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
-from mesh.router.clauses import split_clauses
+from mesh.router.clauses import Clause, split_clauses
 from mesh.router.delivery import Delivery
 from mesh.router.intents import Split, find_intents
 from mesh.router.plan import Plan, RouteChoice
@@ -53,7 +54,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CORRELATION_SEP", "Compound", "IntentScorer", "child_task_id", "detect"]
+__all__ = [
+    "CORRELATION_SEP",
+    "Compound",
+    "IntentScorer",
+    "Scored",
+    "child_task_id",
+    "detect",
+    "score_clauses",
+]
 
 #: between the parent's task_id and the part's number in a child's correlation_id
 CORRELATION_SEP = "#"
@@ -80,8 +89,18 @@ def child_task_id(parent_task_id: str, number: int) -> str:
     return f"{parent_task_id[:_PARENT_ID_CHARS]}.p{number + 1}"
 
 
-async def detect(scorer: IntentScorer, envelope: TaskEnvelope, floor: float) -> Split | None:
-    """The split of `envelope`'s text, or None when it carries one intent."""
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A request cut into clauses, each clause's decision and the whole text's."""
+
+    clauses: tuple[Clause, ...]
+    decisions: tuple[Decision, ...]
+    whole: Decision
+
+
+async def score_clauses(scorer: IntentScorer, envelope: TaskEnvelope) -> Scored | None:
+    """Clause by clause and whole, the decisions of `envelope`'s text, without exploration
+    (None when the text has one clause: nothing to score twice)."""
     text = envelope.capability
     clauses = split_clauses(text)
     if len(clauses) < 2:
@@ -91,7 +110,17 @@ async def detect(scorer: IntentScorer, envelope: TaskEnvelope, floor: float) -> 
     decisions = await asyncio.gather(
         *(scorer.decide(t, tags, excluded, explore=False) for t in texts)
     )
-    return find_intents(text, clauses, decisions[1:], decisions[0], floor=floor)
+    return Scored(tuple(clauses), tuple(decisions[1:]), decisions[0])
+
+
+async def detect(scorer: IntentScorer, envelope: TaskEnvelope, floor: float) -> Split | None:
+    """The split of `envelope`'s text, or None when it carries one intent."""
+    scored = await score_clauses(scorer, envelope)
+    if scored is None:
+        return None
+    return find_intents(
+        envelope.capability, scored.clauses, scored.decisions, scored.whole, floor=floor
+    )
 
 
 class Compound:

@@ -24,6 +24,7 @@ from redis.typing import EncodableT, FieldT
 
 from mesh.connection import MeshConnection
 from mesh.router.breaker import BreakerBoard
+from mesh.router.coldstart import ColdStartQuota
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory, Kind, Memory, Outcome, success_rate
 from mesh.schemas import Event, TaskEnvelope
@@ -83,6 +84,8 @@ class OutcomeLedger:
         self.memory = memory
         self.breakers = breakers
         self.counts: dict[str, dict[str, int]] = {}
+        #: the cold agents' quota counters, written with the rest (`mesh.router.coldstart`)
+        self.quota = ColdStartQuota(conn.redis, conn.keys)
         self._recent: OrderedDict[str, _Dispatched] = OrderedDict()
         #: writes waiting for the next `flush`
         self._routes: list[tuple[str, _Dispatched]] = []
@@ -93,7 +96,7 @@ class OutcomeLedger:
 
     @property
     def pending(self) -> bool:
-        return bool(self._routes or self._outcomes or self._counted)
+        return bool(self._routes or self._outcomes or self._counted or self.quota.pending)
 
     def remember(self, envelope: TaskEnvelope, agent_id: str, *, learns: bool = True) -> None:
         """A task this router sent to `agent_id` (its text is learned if it completes, unless
@@ -145,6 +148,7 @@ class OutcomeLedger:
         """
         routes, self._routes = self._routes, []
         outcomes, self._outcomes = self._outcomes, []
+        await self.quota.flush()
         if routes:
             pipe = self.conn.redis.pipeline(transaction=False)
             for task_id, d in routes:

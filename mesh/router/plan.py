@@ -22,6 +22,9 @@ class RouteChoice:
     agent_id: str
     route: RouteInfo
     explain: dict[str, Any] = field(default_factory=dict)
+    #: the cold agents close on the task, whose quota counts it once it is dispatched
+    #: (`mesh.router.coldstart`)
+    contested: tuple[str, ...] = ()
 
 
 class Selector(Protocol):

@@ -11,8 +11,10 @@ of 3,000).
 is routable, matches the required tags, and ``similarity + keyword`` clears the
 threshold. Among eligible agents the best total wins; when the runner-up is within
 `tie_margin` the two are arbitrated by similarity, then lower load, then success rate.
-With probability `exploration_share` a cold eligible agent (few completed tasks) is
-chosen instead, drawn from the caller's RNG so decisions replay deterministically.
+A cold agent close to the winner is given the task instead when its cold-start quota is
+owed (`mesh.router.coldstart`: at least `exploration_share` of the tasks it is close on,
+until it completed `cold_start_completions`); the caller's `QuotaView` holds the counts,
+so decisions replay deterministically.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.config import Settings, default_of
+from mesh.router.coldstart import QuotaView, contenders, owed
 from mesh.router.index import AgentStats, CapabilityIndex
 
 __all__ = [
@@ -56,6 +59,8 @@ SETTINGS_FIELDS: tuple[str, ...] = (
     "keyword_boost",
     "tie_margin",
     "exploration_share",
+    "cold_start_completions",
+    "cold_start_margin",
 )
 
 
@@ -75,12 +80,14 @@ class ScoreWeights:
     keyword_boost: float = _setting("keyword_boost")
     tie_margin: float = _setting("tie_margin")
     exploration_share: float = _setting("exploration_share")
+    #: an agent with fewer completed tasks is cold and has a quota
+    cold_start_completions: int = _setting("cold_start_completions")
+    #: how close to the best a cold agent must be for a task to count towards its quota
+    cold_start_margin: float = _setting("cold_start_margin")
     #: added per priority level (agents register an integer priority, default 0)
     priority_bonus: float = 0.02
     #: seconds of idleness that earn the full idle part
     idle_horizon_s: float = 60.0
-    #: an agent with fewer completed tasks is cold and may be explored
-    cold_tasks: int = 5
 
     @classmethod
     def from_settings(cls, settings: Settings, *, threshold: float) -> ScoreWeights:
@@ -141,8 +148,10 @@ class Decision:
     total: F32
     #: 0 eligible, 1 unavailable, 2 tags, 3 below threshold
     filter_code: NDArray[np.int8]
-    #: runner-up within the tie margin, when arbitration happened
+    #: runner-up within the tie margin, when arbitration happened (the best, on "explore")
     runner_up: str | None = None
+    #: the cold agents close on this task, whose quota counts it (`mesh.router.coldstart`)
+    contested: tuple[str, ...] = ()
 
     @property
     def eligible(self) -> NDArray[np.bool_]:
@@ -194,16 +203,17 @@ def score(
     *,
     query_text: str = "",
     required_tags: Mapping[str, str] | None = None,
-    rng: np.random.Generator | None = None,
+    quota: QuotaView | None = None,
     blocked: NDArray[np.bool_] | None = None,
     routable: NDArray[np.bool_] | None = None,
 ) -> Decision:
     """Score every agent of `index` for the unit vector `query`; see the module docstring.
 
-    `rng` drives exploration; without one no exploration happens. `blocked` marks rows
-    that may not be chosen now (excluded, breaker open, lease lapsed): they count as
-    unavailable. `routable` marks the rows that may be chosen at all (default: the
-    index's routable rows, the live agents). Pure: the index is only read.
+    `quota` holds the cold agents' counts; without one no cold agent is given a task.
+    `blocked` marks rows that may not be chosen now (excluded, breaker open, lease
+    lapsed): they count as unavailable. `routable` marks the rows that may be chosen at
+    all (default: the index's routable rows, the live agents). Pure: the index is only
+    read.
     """
     n = len(index)
     rank, sim = index.scores(query, query_text)
@@ -231,7 +241,10 @@ def score(
         code[blocked] = 1
 
     def decision(
-        agent_id: str | None, strategy: Strategy, runner_up: str | None = None
+        agent_id: str | None,
+        strategy: Strategy,
+        runner_up: str | None = None,
+        contested: tuple[str, ...] = (),
     ) -> Decision:
         return Decision(
             agent_id,
@@ -248,6 +261,7 @@ def score(
             total,
             code,
             runner_up,
+            contested,
         )
 
     eligible = np.flatnonzero(code == 0)
@@ -268,12 +282,23 @@ def score(
         if _prefer(second, best, rank, index):
             best, runner_up = second, index.ids[best]
 
-    if rng is not None and weights.exploration_share > 0:
-        cold = eligible[index.completed[eligible] < weights.cold_tasks]
-        cold = cold[cold != best]
-        if cold.size and rng.random() < weights.exploration_share:
-            pick = int(cold[int(np.argmax(total[cold]))])
-            return decision(index.ids[pick], "explore", index.ids[best])
+    if quota is not None and weights.exploration_share > 0 and weights.cold_start_completions:
+        rows = contenders(
+            index.completed,
+            sim + kw,
+            total,
+            code,
+            best,
+            threshold=weights.threshold,
+            margin=weights.cold_start_margin,
+            completions=weights.cold_start_completions,
+        )
+        if rows.size:
+            contested = tuple(index.ids[int(r)] for r in rows)
+            pick = owed(quota, index.ids, rows, best, weights.exploration_share)
+            if pick is not None:
+                return decision(index.ids[pick], "explore", index.ids[best], contested)
+            return decision(index.ids[best], strategy, runner_up, contested)
     return decision(index.ids[best], strategy, runner_up)
 
 

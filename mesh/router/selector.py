@@ -70,7 +70,6 @@ class SemanticSelector(Lifecycle):
         snapshot: AgentSnapshot,
         *,
         publisher: Publisher | None = None,
-        rng: np.random.Generator | None = None,
     ) -> None:
         self.conn = conn
         self.settings = s = conn.settings
@@ -92,7 +91,6 @@ class SemanticSelector(Lifecycle):
         )
         self.batcher = QueryBatcher(embedder, s.embed_batch_size)
         self.bids = BidCollector(conn, self.publisher)
-        self.rng = rng or np.random.default_rng()
         memory = ExampleMemory(conn.redis, conn.keys, s.example_memory_size)
         self.ledger = OutcomeLedger(conn, memory, self.breakers)
         self.keeper = IndexKeeper(conn, embedder, snapshot, self.index, self.ledger, self.publisher)
@@ -133,7 +131,8 @@ class SemanticSelector(Lifecycle):
 
         Pure with respect to the index: agents that are excluded, behind an open breaker
         or whose every lease lapsed are passed to `score` as blocked rows. Without
-        `explore` no cold agent is drawn (multi-intent detection: `mesh.router.compound`).
+        `explore` no cold agent is given the task on its quota (multi-intent detection:
+        `mesh.router.compound`); the quota counts only what `select` acts on.
         """
         query = await self.batcher.embed(capability)
         index = self.index
@@ -149,7 +148,7 @@ class SemanticSelector(Lifecycle):
                 self.weights,
                 query_text=capability,
                 required_tags=required_tags,
-                rng=self.rng if explore else None,
+                quota=self.ledger.quota if explore else None,
                 blocked=blocked,
             )
             chosen = decision.agent_id
@@ -247,6 +246,7 @@ class SemanticSelector(Lifecycle):
                     waiting_for_instance=waiting,
                 ),
                 explain,
+                decision.contested,
             )
         choice = await self._bid_or_fallback(envelope, decision, explain)
         if choice is not None:
@@ -289,6 +289,8 @@ class SemanticSelector(Lifecycle):
         self.keeper.count_dispatch(choice.agent_id)
         learns = choice.route.strategy != "target"
         self.ledger.remember(envelope, choice.agent_id, learns=learns)
+        if choice.contested:
+            self.ledger.quota.record(choice.contested, choice.agent_id)
 
     async def _bid_or_fallback(
         self, envelope: TaskEnvelope, decision: Decision, explain: dict[str, Any]

@@ -30,7 +30,7 @@ class AgentStats:
     status: str = ROUTABLE
     #: priority levels (each worth `ScoreWeights.priority_bonus`)
     priority: int = 0
-    #: tasks completed so far; below `cold_tasks` the agent is "cold" (exploration)
+    #: tasks completed so far; below `cold_start_completions` the agent is "cold" (its quota)
     completed: int = 0
 
 

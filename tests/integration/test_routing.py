@@ -104,7 +104,7 @@ async def test_near_tie_is_arbitrated_and_load_separates_equals(
         agent("translator-b", text, examples, reply=slow),
     )
     assert mesh.selector is not None
-    # both agents are cold: without this, 1 decision in 20 explores instead of arbitrating
+    # both agents are cold: without this, the cold-start quota gives the runner-up a task
     mesh.selector.weights = dataclasses.replace(mesh.selector.weights, exploration_share=0.0)
     tap = await EventTap(conn, "route.decision").start()
     async with MeshClient(conn) as client:

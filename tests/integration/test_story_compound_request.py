@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import mesh
+from mesh.cli.explain import examine
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
 from mesh.router.merge import PARTIAL_FAILURE
@@ -119,3 +120,53 @@ async def test_a_failed_part_is_named_and_the_others_kept(
     parts = result.output["parts"]
     assert [p["status"] for p in parts] == ["unroutable", "completed"]
     assert parts[1]["output"]["by"] == "logistics"
+
+
+async def test_explain_shows_the_clauses_and_the_child_tasks(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    await mesh.start(REFUNDS, LOGISTICS, PRESALES)
+    assert mesh.selector is not None
+    text = "where is my package? also I want to return the phone I bought last month"
+    found = await examine(mesh.selector, text, {}, [], conn.settings)
+    assert found.split is not None
+    report = found.as_json(limit=5)["compound"]
+    assert report["dispatch"] == "child_tasks"
+    assert [c["agent_id"] for c in report["clauses"]] == ["logistics", "refunds"]
+    assert [c["text"] for c in report["clauses"]] == [
+        "where is my package",
+        "I want to return the phone I bought last month",
+    ]
+    assert all(c["intent"] and c["confidence"] >= found.floor for c in report["clauses"])
+    assert [p["agent_id"] for p in report["parts"]] == ["logistics", "refunds"]
+    lines = "\n".join(found.lines(limit=5))
+    assert "compound request: 2 intents, dispatched as 2 child tasks" in lines
+    assert "p1. logistics" in lines and "p2. refunds" in lines
+    # a single intent: the table alone, as before
+    single = await examine(mesh.selector, "can I get my money back", {}, [], conn.settings)
+    assert single.split is None and single.decision.agent_id == "refunds"
+    assert single.as_json(limit=5)["compound"] is None
+    assert "compound" not in "\n".join(single.lines(limit=5))
+    # multi-intent off: explain shows the one task a router would route
+    off = conn.settings.model_copy(update={"multi_intent": False})
+    whole = await examine(mesh.selector, text, {}, [], off)
+    assert whole.split is None and whole.decision.agent_id is not None
+
+
+async def test_multi_intent_off_routes_a_compound_request_as_one_task(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    conn.settings = conn.settings.model_copy(update={"multi_intent": False})
+    await mesh.start(REFUNDS, LOGISTICS, PRESALES)
+    text = "where is my package? also I want to return the phone I bought last month"
+    async with MeshClient(conn) as client:
+        result = await client.request(text, wait_s=30)
+    assert result.status == "completed", result
+    assert result.output is not None and "parts" not in result.output
+    # one agent got the whole text, as the task itself (no parent, no child)
+    assert result.output["by"] in {"logistics", "refunds"}
+    assert result.output["asked"] == text
+    assert result.output["parent"] is None
+    state = await conn.redis.hgetall(conn.keys.task(result.task_id))
+    assert state[b"state"] == b"completed"
+    assert await conn.redis.exists(conn.keys.compound(result.task_id)) == 0

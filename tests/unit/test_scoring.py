@@ -100,19 +100,26 @@ def test_equal_similarity_arbitrates_by_load_then_success() -> None:
     assert score(index, vec(1, 0), W).agent_id == "x"
 
 
-def test_exploration_is_deterministic_and_picks_cold_agents() -> None:
+def test_a_cold_agent_close_to_the_winner_gets_its_quota() -> None:
     index = make(a=AgentStats(completed=100), b=AgentStats(completed=0))
-    weights = ScoreWeights.from_settings(Settings(exploration_share=0.5), threshold=0.5)
-    picks = [
-        score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id for s in range(40)
-    ]
-    again = [
-        score(index, vec(1, 0), weights, rng=np.random.default_rng(s)).agent_id for s in range(40)
-    ]
-    assert picks == again
-    assert set(picks) == {"a", "b"}
-    explored = score(index, vec(1, 0), weights, rng=np.random.default_rng(picks.index("b")))
-    assert explored.strategy == "explore" and explored.runner_up == "a"
+    settings = Settings(exploration_share=0.5, cold_start_margin=0.2)
+    weights = ScoreWeights.from_settings(settings, threshold=0.5)
+    counts: dict[str, tuple[int, int]] = {}
+
+    class Quota:
+        def counts(self, agent_id: str) -> tuple[int, int]:
+            return counts.get(agent_id, (0, 0))
+
+    first = score(index, vec(1, 0), weights, quota=Quota())
+    assert first.agent_id == "a" and first.contested == ("b",)
+    counts["b"] = (1, 0)  # half of the tasks it was close on: the second is b's
+    explored = score(index, vec(1, 0), weights, quota=Quota())
+    assert explored.agent_id == "b" and explored.strategy == "explore"
+    assert explored.runner_up == "a" and explored.contested == ("b",)
+    counts["b"] = (2, 1)
+    assert score(index, vec(1, 0), weights, quota=Quota()).agent_id == "a"
+    # without a quota (explain, multi-intent detection) nobody is explored
+    assert score(index, vec(1, 0), weights).contested == ()
 
 
 def test_empty_index() -> None:
