@@ -23,6 +23,7 @@ The stories (seed 000 sections 1 and 4, seed 002 section 7):
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from agents import knowledge
 from agents._data import CARRIER_API, TEMPLATE_STORE, Store, refund_effect
 from agents.knowledge_http import ASK_PATH
 from mesh import Agent
+from mesh.bridge.registration import registration_document
 from mesh.connection import MeshConnection
 from mesh.demo.run import Member
 from mesh.demo.script import DemoRun, Expect
@@ -51,14 +53,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: where the bridged agents' registration files are written (the demo's log folder)
+REGISTRATION_DIR = Path(__file__).resolve().parents[1] / ".demo-logs"
+
+
 def _bridged(agent: Agent, url: str) -> tuple[str, ...]:
-    """``mesh bridge http`` arguments giving `agent`'s routing texts to the endpoint `url`."""
-    args = ["bridge", "http", agent.agent_id, "--url", url, "--capability", agent.capability_text]
-    for example in agent.examples:
-        args += ["--example", example]
-    for keyword in agent.keywords:
-        args += ["--keyword", keyword]
-    return tuple(args)
+    """``mesh bridge http`` arguments giving the endpoint `url` all of `agent`'s registration
+    (texts, tags, name, input and output contract), written to a registration file."""
+    REGISTRATION_DIR.mkdir(parents=True, exist_ok=True)
+    path = REGISTRATION_DIR / f"{agent.agent_id}.registration.json"
+    partial = path.with_suffix(f".{new_id()}.tmp")  # two demos at once: whole files only
+    partial.write_text(json.dumps(registration_document(agent), ensure_ascii=False, indent=1))
+    partial.replace(path)
+    return ("bridge", "http", agent.agent_id, "--url", url, "--registration", str(path))
 
 
 def _node_ready(root: Path) -> str | None:
@@ -76,8 +83,9 @@ def _node_ready(root: Path) -> str | None:
 
 
 #: the knowledge base runs as an HTTP endpoint (`agents.knowledge_http`, stdlib only)
-#: behind ``mesh bridge http``, with the Python agent's capability text, examples and
-#: keywords: `agents.knowledge.answer` is the endpoint's whole logic
+#: behind ``mesh bridge http``, with the Python agent's registration (capability text,
+#: examples, keywords, tags, input contract): `agents.knowledge.answer` is the endpoint's
+#: whole logic
 KNOWLEDGE_PORT = _free_port()
 KNOWLEDGE_BRIDGE = Member(
     knowledge.agent.agent_id,

@@ -1,5 +1,6 @@
 """Agents in other forms, run as ordinary mesh workers: an HTTP endpoint (`HttpBridge`),
-optionally described by an A2A Agent Card (`load_card`, `card_fields`).
+optionally described by an A2A Agent Card (`load_card`, `card_fields`) or a registration
+file (`load_registration`, `registration_document`: a Python agent's texts, tags and contract).
 
 ``mesh bridge http AGENT_ID --url URL`` runs one (`mesh.cli.bridge`); from Python,
 `http_agent` builds the `Agent` and its bridge.
@@ -11,6 +12,7 @@ from typing import Any
 
 from mesh.bridge.card import card_fields, load_card
 from mesh.bridge.http import HttpBridge, request_body
+from mesh.bridge.registration import load_registration, registration_document
 from mesh.worker.agent import Agent
 
 
@@ -31,4 +33,12 @@ def http_agent(
     return agent, bridge
 
 
-__all__ = ["HttpBridge", "card_fields", "http_agent", "load_card", "request_body"]
+__all__ = [
+    "HttpBridge",
+    "card_fields",
+    "http_agent",
+    "load_card",
+    "load_registration",
+    "registration_document",
+    "request_body",
+]

@@ -315,11 +315,13 @@ def _rules() -> str:
 def _check_writable(args: argparse.Namespace) -> None:
     """Refuse an --env-file / --env-dir that cannot be written, before anything changed."""
     if args.env_dir is not None:
-        target = args.env_dir if args.env_dir.exists() else args.env_dir.parent
+        target = args.env_dir
     elif args.env_file is not None:
         target = args.env_file.parent
     else:
         return
+    while not target.exists() and target != target.parent:
+        target = target.parent  # the missing folders are created (./secrets/tenant1)
     target = target if str(target) else Path(".")
     if not target.is_dir() or not os.access(target, os.W_OK):
         raise UsageError(f"cannot write credentials into {target}: choose a writable place")

@@ -2,7 +2,8 @@
 
 The worker is an ordinary one (claims, fencing, retries, deadline, output checks); its
 handler POSTs each task to the URL. The capability comes from ``--capability`` (and
-``--example`` / ``--keyword``) or from an A2A Agent Card (``--card FILE|URL``).
+``--example`` / ``--keyword`` / ``--tag``), from an A2A Agent Card (``--card FILE|URL``) or
+from a registration file (``--registration FILE``: texts, tags and input/output contract).
 """
 
 from __future__ import annotations
@@ -42,8 +43,18 @@ def register(sub: Any) -> None:
         help="an A2A Agent Card: its description and skills give the capability text, "
         "examples and keywords (added to --capability / --example / --keyword)",
     )
+    h.add_argument(
+        "--registration",
+        default=None,
+        metavar="FILE",
+        help="a JSON object of the agent's registration: name, version, capability_text, "
+        "examples, keywords, tags, supported_tasks, priority_bonus, input_schema, "
+        "output_schema (over a --card's; the flags added to it)",
+    )
     h.add_argument("--example", action="append", default=[], help="an example request (repeat)")
     h.add_argument("--keyword", action="append", default=[], help="a routing keyword (repeat)")
+    h.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag (repeat)")
+    h.add_argument("--name", default=None, help="the agent's display name")
     h.add_argument(
         "--header",
         action="append",
@@ -76,6 +87,16 @@ def _headers(lines: list[str]) -> dict[str, str]:
     return headers
 
 
+def _tags(pairs: list[str]) -> dict[str, str]:
+    tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--tag {pair!r} is not KEY=VALUE")
+        tags[key.strip()] = value.strip()
+    return tags
+
+
 def _schema(path: str | None, flag: str) -> dict[str, Any] | None:
     if path is None:
         return None
@@ -91,21 +112,34 @@ def _schema(path: str | None, flag: str) -> dict[str, Any] | None:
 def agent_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The `Agent` fields of the command line (a card's first, the flags added to them)."""
     from mesh.bridge.card import card_fields, load_card
+    from mesh.bridge.registration import load_registration
 
-    fields: dict[str, Any] = {"examples": [], "keywords": []}
+    fields: dict[str, Any] = {}
     if args.card is not None:
         fields = card_fields(load_card(args.card), args.agent_id)
+    if args.registration is not None:
+        fields |= load_registration(args.registration, args.agent_id)
     texts = [t for t in (args.capability, fields.get("capability_text")) if t]
     if not texts:
-        raise UsageError("mesh bridge http needs --capability TEXT or --card FILE|URL")
+        raise UsageError(
+            "mesh bridge http needs --capability TEXT, --card FILE|URL or a --registration "
+            "FILE with a capability_text"
+        )
     fields |= {
         "capability_text": "\n".join(texts),
-        "examples": [*fields["examples"], *args.example],
-        "keywords": list(dict.fromkeys([*fields["keywords"], *args.keyword])),
+        "examples": [*fields.get("examples", []), *args.example],
+        "keywords": list(dict.fromkeys([*fields.get("keywords", []), *args.keyword])),
+        "tags": {**fields.get("tags", {}), **_tags(args.tag)},
         "max_concurrency": args.concurrency,
-        "input_schema": _schema(args.input_schema, "--input-schema"),
-        "output_schema": _schema(args.output_schema, "--output-schema"),
     }
+    if args.name is not None:
+        fields["name"] = args.name
+    for key, path, flag in (
+        ("input_schema", args.input_schema, "--input-schema"),
+        ("output_schema", args.output_schema, "--output-schema"),
+    ):
+        if path is not None:
+            fields[key] = _schema(path, flag)
     fields.pop("agent_id", None)
     return fields
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import secrets
 import signal
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from mesh.cli._args import require_router_stack
+from mesh.cli._args import UsageError, require_router_stack
 from mesh.cli._runner import put_on_path
 from mesh.config import Settings
 from mesh.errors import ConfigError
@@ -27,7 +28,18 @@ from mesh.errors import ConfigError
 #: the scenario the demo plays (in the repository, not installed with the library)
 SCENARIO_MODULE = "agents.demo_script"
 SCENARIO_FILE = "agents/demo_script.py"
-DEFAULT_NAMESPACE = "demo"
+#: the prefix of the namespace a run gets when none is named (``demo-`` and 8 hex digits)
+NAMESPACE_PREFIX = "demo-"
+
+
+def run_namespace(named: str | None) -> tuple[str, bool]:
+    """The run's namespace and whether the run made it up (then it is its own alone).
+
+    Without ``--namespace`` each run gets a fresh one, so two demos at once (a test and a
+    user) never clear each other's queues and keys."""
+    if named:
+        return named, False
+    return f"{NAMESPACE_PREFIX}{secrets.token_hex(4)}", True
 
 
 def register(sub: Any) -> None:
@@ -42,8 +54,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--namespace",
         default=None,
-        help=f"namespace to run in (default {DEFAULT_NAMESPACE!r}; an earlier run's state "
-        "in it is deleted first)",
+        help="namespace to run in (an earlier run's state in it is deleted first; "
+        f"default: a fresh {NAMESPACE_PREFIX}XXXXXXXX of this run alone, deleted at the end "
+        "unless --keep)",
     )
     p.add_argument(
         "--json", default=None, metavar="PATH", help="also write the summary as JSON to PATH"
@@ -51,7 +64,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--cleanup",
         action="store_true",
-        help="delete the namespace at the end (default: keep it for mesh trace / dlq list)",
+        help="delete a --namespace at the end (default: keep it for mesh trace / dlq list)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's own namespace at the end (for mesh trace / dlq list)",
     )
     p.add_argument(
         "--app-dir",
@@ -85,7 +103,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from mesh.demo.run import run_demo
 
     scenario = importlib.import_module(SCENARIO_MODULE)
-    namespace = args.namespace or DEFAULT_NAMESPACE
+    namespace, own = run_namespace(args.namespace)
+    if args.keep and args.cleanup:
+        raise UsageError("--keep and --cleanup contradict each other")
     settings = settings.model_copy(update={"namespace": namespace})
     signal.signal(signal.SIGTERM, _terminated)
     return run_demo(
@@ -94,5 +114,5 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         scenario,  # a module satisfying the Scenario protocol
         quick=args.quick,
         json_path=Path(args.json) if args.json else None,
-        cleanup=args.cleanup,
+        cleanup=args.cleanup or (own and not args.keep),
     )

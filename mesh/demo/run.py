@@ -1,7 +1,8 @@
 """`run_demo`: the demo from start to summary.
 
 1. the services: RabbitMQ and Redis answer, or ``infra/up.sh`` of the checkout starts them;
-2. a clean namespace (``demo`` unless told otherwise; what an earlier run left is deleted),
+2. a clean namespace (a fresh ``demo-XXXXXXXX`` unless told otherwise; what an earlier run
+   left in a named one is deleted),
    the shop's data seeded (the scenario's `seed`);
 3. every member's `Member.prepare` (``npm ci`` for the Node.js agent; a member that cannot
    run is skipped, with one line saying why), then ``mesh registry``, ``mesh observer`` and
@@ -11,7 +12,8 @@
    registration's texts are embedded, so its first decision knows them);
 4. the scenario (`play`), its decisions printed as they happen (`EventTail`);
 5. the summary (`mesh.demo.summary`), ``--json``, where to look next; the processes are
-   stopped (on Ctrl-C too) and, with ``--cleanup``, the namespace deleted.
+   stopped (on Ctrl-C too) and the namespace deleted (a run's own unless ``--keep``, a
+   named one with ``--cleanup``).
 """
 
 from __future__ import annotations
@@ -323,7 +325,7 @@ def _where_next(settings: Settings, summary: dict[str, Any]) -> None:
     env = "" if ns == "mesh" else f"MESH_NAMESPACE={ns} "
     trace = summary["facts"].get("compound trace", "<trace id>")
     print(
-        "\nWhere to look next (the namespace stays until the next `mesh demo`):\n"
+        "\nWhere to look next (the namespace stays until `mesh demo --namespace NS --cleanup`):\n"
         f"  http://127.0.0.1:15672/#/queues        the {ns}.* queues (guest/guest): agent "
         "queues, dead letters\n"
         "  http://127.0.0.1:15672/#/connections   one connection per process, named "

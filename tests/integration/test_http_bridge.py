@@ -210,3 +210,44 @@ async def test_the_cli_bridges_an_agent_described_by_an_a2a_card(
     text = b" ".join(registered.values()).decode()
     assert "Warranty terms: How long a warranty lasts" in text
     assert "保修期多久" in text
+
+
+async def test_the_cli_bridges_a_python_agents_registration_with_tags_and_contract(
+    mesh: SemanticMesh, conn: MeshConnection, endpoint: Endpoint, tmp_path: Path
+) -> None:
+    """The demo's knowledge agent behind the bridge registers as the Python one does: its
+    tags route, and a payload outside its input contract never reaches the endpoint."""
+    from agents import knowledge
+    from mesh.bridge import registration_document
+
+    path = tmp_path / "knowledge.registration.json"
+    path.write_text(json.dumps(registration_document(knowledge.agent), ensure_ascii=False))
+    await mesh.start(WEATHER)
+    agent_id = knowledge.agent.agent_id
+    env = settings_env(await worker_settings(conn, agent_id))
+    args = ["bridge", "http", agent_id, "--url", f"{endpoint.url}/ok", "--registration", str(path)]
+    proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived process, waited for off the loop
+        [MESH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert mesh.selector is not None
+        await mesh.selector.wait_routable([agent_id], timeout=30)
+        async with MeshClient(conn) as client:
+            tagged = await client.request(
+                "can I get a VAT invoice for my company", required_tags={"domain": "knowledge"}
+            )
+            refused = await client.request(
+                "can I get a VAT invoice for my company", {"order_no": "A-1001"}
+            )
+        registered = await conn.redis.hgetall(conn.keys.agent(agent_id))
+    finally:
+        proc.terminate()
+        _out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert proc.returncode == 0, err.decode()
+    assert tagged.status == "completed" and tagged.agent_id == agent_id, tagged
+    assert refused.status == "failed" and refused.agent_id == agent_id, refused
+    assert refused.error is not None and "order_no" in json.dumps(refused.error.model_dump())
+    assert len(endpoint.received["ok"]) == 1  # only the task that fits the contract
+    text = b" ".join(registered.values()).decode()
+    assert "知识库 / Knowledge base" in text and "knowledge" in text
+    assert "additionalProperties" in text  # the input contract, as the registry holds it

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -22,22 +21,13 @@ import pytest
 
 from mesh.config import Settings
 from mesh.management import Management
+from tests.readme_blocks import commands, readme_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = str(Path(sys.executable).parent / "mesh")
 README = (ROOT / "README.md").read_text()
-
-
-def block_after(heading: str, language: str = "python", marker: str = "") -> str:
-    """The first fenced `language` block after `heading` (and after `marker` within it)."""
-    start = README.index(heading)
-    if marker:
-        start = README.index(marker, start)
-    found = re.compile(rf"```{language}\n(.*?)```", re.S).search(README, start)
-    assert found is not None, f"no {language} block after {heading!r}"
-    return found.group(1)
 
 
 @pytest.fixture
@@ -55,10 +45,8 @@ def env(settings: Settings) -> Iterator[dict[str, str]]:
 
 
 def test_the_agent_and_client_examples_run_as_printed(folder: Path, env: dict[str, str]) -> None:
-    (folder / "my_agents.py").write_text(block_after("## An agent in a few lines"))
-    (folder / "client.py").write_text(
-        block_after("## Running it", marker="From Python (a complete script):")
-    )
+    (folder / "my_agents.py").write_text(readme_block("agent"))
+    (folder / "client.py").write_text(readme_block("client"))
     procs = [
         subprocess.Popen([MESH, "registry"], cwd=folder, env=env, stdout=subprocess.DEVNULL),
         subprocess.Popen([MESH, "router"], cwd=folder, env=env, stdout=subprocess.DEVNULL),
@@ -102,7 +90,7 @@ def _wait_for_router(folder: Path, env: dict[str, str], timeout: float = 90.0) -
 
 
 def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path) -> None:
-    (folder / "test_my_agents.py").write_text(block_after("## Testing an agent without a broker"))
+    (folder / "test_my_agents.py").write_text(readme_block("harness"))
     # PYTHONPATH stays: it names the checkout under test (test_wheel_stranger.py runs the
     # example with the built wheel and nothing of the checkout)
     env = dict(os.environ)
@@ -129,10 +117,12 @@ def test_the_testing_example_passes_under_pytest_in_a_fresh_folder(folder: Path)
 
 
 def test_the_quick_start_demo_runs(env: dict[str, str]) -> None:
-    command = block_after("## Quick start", language="bash").splitlines()[0]
-    assert command.startswith("bash infra/demo.sh")
+    demo, suite = commands("demo-command")
+    assert demo == "bash infra/demo.sh"
+    # the other line is the suite this test runs in (infra/test.sh is what CI runs)
+    assert suite == "bash infra/test.sh" and "infra/test.sh" in (ROOT / ".ci" / "run").read_text()
     done = subprocess.run(
-        command.split("#")[0].split(),
+        demo.split(),
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -37,6 +36,7 @@ import pytest
 
 from mesh.config import Settings
 from mesh.management import Management
+from tests.readme_blocks import readme_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -49,13 +49,6 @@ NOT_BUILT = shutil.ignore_patterns(
     ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache",
     ".ruff_cache", ".pytest_cache", "node_modules", "bench", "tests", "agents",
 )  # fmt: skip
-
-
-def readme_block(name: str) -> str:
-    """The fenced block right after ``<!-- test: name -->`` in the README."""
-    found = re.search(rf"<!-- test: {name} -->\n```[a-z]*\n(.*?)```", README, re.S)
-    assert found is not None, f"README.md has no block marked <!-- test: {name} -->"
-    return found.group(1)
 
 
 def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
