@@ -19,15 +19,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.typing import EncodableT, FieldT
 
 from mesh.connection import MeshConnection
 from mesh.router.breaker import BreakerBoard
-from mesh.router.coldstart import ColdStartQuota
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory, Kind, Memory, Outcome, success_rate
 from mesh.schemas import Event, TaskEnvelope
+
+if TYPE_CHECKING:
+    from mesh.router.coldstart import ColdStartQuota
 
 #: dispatched tasks remembered locally for learning from their outcome
 RECENT_LIMIT = 50_000
@@ -85,7 +88,11 @@ class OutcomeLedger:
         self.breakers = breakers
         self.counts: dict[str, dict[str, int]] = {}
         #: the cold agents' quota counters, written with the rest (`mesh.router.coldstart`)
-        self.quota = ColdStartQuota(conn.redis, conn.keys)
+        # imported here: the observer imports this module for its outcome kinds, and an
+        # install without the router extra has no numpy, which the quota's scoring needs
+        from mesh.router.coldstart import ColdStartQuota
+
+        self.quota: ColdStartQuota = ColdStartQuota(conn.redis, conn.keys)
         self._recent: OrderedDict[str, _Dispatched] = OrderedDict()
         #: writes waiting for the next `flush`
         self._routes: list[tuple[str, _Dispatched]] = []
