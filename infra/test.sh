@@ -11,12 +11,17 @@ if [ "$#" -gt 0 ]; then # the tests you name, as you name them
   echo "== pytest"; .venv/bin/python -m pytest -q "$@"
   exit
 fi
-echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster" --durations=20
+# test files run in parallel (MESH_TEST_WORKERS processes, each file in one; every test
+# uses names of its own), then the few that restart or stall the shared broker or Redis
+workers=(-n "${MESH_TEST_WORKERS:-3}" --dist loadfile)
+echo "== pytest"; .venv/bin/python -m pytest -q -m "not cluster and not exclusive" "${workers[@]}" --durations=20
+echo "== pytest exclusive"; .venv/bin/python -m pytest -q -m exclusive || [ $? -eq 5 ] # 5: none here
 # the same mesh tests again, each component under its own provisioned broker and Redis
 # user with access control on (tests/access_mode.py lists the modules and says how)
 echo "== pytest access control on"
 mapfile -t access_modules < <(.venv/bin/python -c 'from tests.access_mode import MODULES; print("\n".join(MODULES))')
-MESH_TEST_ACCESS_CONTROL=1 .venv/bin/python -m pytest -q -m "not cluster" "${access_modules[@]}"
+MESH_TEST_ACCESS_CONTROL=1 .venv/bin/python -m pytest -q -m "not cluster and not exclusive" "${workers[@]}" "${access_modules[@]}"
+MESH_TEST_ACCESS_CONTROL=1 .venv/bin/python -m pytest -q -m exclusive "${access_modules[@]}" || [ $? -eq 5 ]
 if [ "${MESH_SKIP_CLUSTER:-0}" = 1 ]; then
   echo "== pytest cluster: skipped (MESH_SKIP_CLUSTER=1)"
 else

@@ -21,7 +21,7 @@ from tests.agents_for_tests import effect_agent
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 TASKS = 60
 OUTAGE_S = 3.0

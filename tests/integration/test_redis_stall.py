@@ -24,7 +24,12 @@ from mesh.router.service import RouterService
 from mesh.schemas import TaskEnvelope, new_id
 from tests.integration.test_registry import EventLog
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.access_off("one mesh")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.exclusive,
+    pytest.mark.access_off("one mesh"),
+]
 
 #: how long the script blocks Redis
 STALL_S = 10.0
