@@ -116,6 +116,7 @@ def quick_settings(namespace: str) -> Settings:
     )
 
 
+@pytest.mark.exclusive  # its spans are stretched when other tests share the cores
 async def test_a_dispatch_returned_after_redis_lost_its_record_is_still_answered(
     quick_settings: Settings, add_cleanup: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

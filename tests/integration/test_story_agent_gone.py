@@ -60,6 +60,7 @@ async def _started_then_stopped(mesh: SemanticMesh) -> float:
     return time.monotonic()
 
 
+@pytest.mark.exclusive  # its spans are stretched when other tests share the cores
 @pytest.mark.parametrize("targeted", [False, True], ids=["semantic", "target"])
 async def test_a_task_for_an_agent_without_instance_waits_up_to_its_deadline(
     mesh: SemanticMesh, targeted: bool
