@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -108,6 +109,20 @@ async def kb_mesh(mesh: SemanticMesh, endpoint: Endpoint) -> AsyncIterator[str]:
         await bridge.aclose()
 
 
+@asynccontextmanager
+async def _bridge(args: list[str], env: dict[str, str]) -> AsyncIterator[None]:
+    """`mesh bridge http ...` as its own process for the block; it must stop cleanly."""
+    proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived process, waited for off the loop
+        [MESH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        yield
+    finally:
+        proc.terminate()
+        _out, err = await asyncio.to_thread(proc.communicate, timeout=30)
+    assert proc.returncode == 0, err.decode()
+
+
 async def test_a_routed_task_reaches_the_endpoint_and_its_json_is_the_output(
     kb_mesh: str, conn: MeshConnection, endpoint: Endpoint
 ) -> None:
@@ -192,19 +207,12 @@ async def test_the_cli_bridges_an_agent_described_by_an_a2a_card(
         "--card",
         str(tmp_path / "card.json"),
     ]
-    proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived process, waited for off the loop
-        [MESH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
+    async with _bridge(args, env):
         assert mesh.selector is not None
         await mesh.selector.wait_routable([agent_id], timeout=30)
         async with MeshClient(conn) as client:
             result = await client.request("is my laptop still under warranty?")
         registered = await conn.redis.hgetall(conn.keys.agent(agent_id))
-    finally:
-        proc.terminate()
-        _out, err = await asyncio.to_thread(proc.communicate, timeout=30)
-    assert proc.returncode == 0, err.decode()
     assert result.status == "completed" and result.agent_id == agent_id, result
     assert result.output is not None and result.output["answer"].startswith("KB: is my laptop")
     text = b" ".join(registered.values()).decode()
@@ -226,10 +234,7 @@ async def test_the_cli_bridges_a_python_agents_registration_with_tags_and_contra
     agent_id = knowledge.agent.agent_id
     env = settings_env(await worker_settings(conn, agent_id))
     args = ["bridge", "http", agent_id, "--url", f"{endpoint.url}/ok", "--registration", str(path)]
-    proc = subprocess.Popen(  # noqa: ASYNC220 - a long-lived process, waited for off the loop
-        [MESH, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
+    async with _bridge(args, env):
         assert mesh.selector is not None
         await mesh.selector.wait_routable([agent_id], timeout=30)
         async with MeshClient(conn) as client:
@@ -240,10 +245,6 @@ async def test_the_cli_bridges_a_python_agents_registration_with_tags_and_contra
                 "can I get a VAT invoice for my company", {"order_no": "A-1001"}
             )
         registered = await conn.redis.hgetall(conn.keys.agent(agent_id))
-    finally:
-        proc.terminate()
-        _out, err = await asyncio.to_thread(proc.communicate, timeout=30)
-    assert proc.returncode == 0, err.decode()
     assert tagged.status == "completed" and tagged.agent_id == agent_id, tagged
     assert refused.status == "failed" and refused.agent_id == agent_id, refused
     assert refused.error is not None and "order_no" in json.dumps(refused.error.model_dump())

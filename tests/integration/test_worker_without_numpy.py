@@ -21,24 +21,12 @@ from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.services import start_registry
 from tests.integration.dispatch_kit import start_router
+from tests.no_numpy import BLOCK_NUMPY
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
-
-#: makes every import of numpy fail, as in an install without it
-BLOCK_NUMPY = """
-import sys
-
-class NoNumpy:
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy" or name.startswith("numpy."):
-            raise ImportError(f"No module named {name!r} (blocked: a worker-only install)")
-        return None
-
-sys.meta_path.insert(0, NoNumpy())
-"""
 
 WORKER = (
     BLOCK_NUMPY

@@ -7,24 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.no_numpy import BLOCK_NUMPY
+
 ROOT = Path(__file__).resolve().parents[2]
 
-SCRIPT = """
-import sys
-
-class NoNumpy:
-    def find_spec(self, name, path=None, target=None):
-        if name == "numpy" or name.startswith("numpy."):
-            raise ImportError(f"No module named {name!r} (blocked: an install without numpy)")
-        return None
-
-sys.meta_path.insert(0, NoNumpy())
-from mesh.cli.main import build_parser
+SCRIPT = (
+    BLOCK_NUMPY
+    + """from mesh.cli.main import build_parser
 import mesh.observer
 
 parser = build_parser()
 print("commands", len(parser._subparsers._group_actions[0].choices))
 """
+)
 
 
 def test_the_cli_and_the_observer_import_without_numpy() -> None:
