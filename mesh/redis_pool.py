@@ -9,7 +9,10 @@ query options such as ``ssl_ca_certs``) of the data connections.
 While a script or function runs longer than ``busy-reply-threshold`` (5 s by default)
 Redis answers every other command ``BUSY``; redis-py has no class for that answer, so
 `redis_client` registers `RedisBusy` for it, which `mesh.retrying.TRANSIENT_ERRORS` holds:
-a stall is retried like an outage, not treated as a bad request.
+a stall is retried like an outage, not treated as a bad request. A command waits for its
+answer up to `REDIS_READ_TIMEOUT_S`, longer than that threshold, so a command sent into a
+stall is answered BUSY (which says why) instead of timing out a moment before (redis-py 8
+otherwise reads with a 5 s timeout, the threshold itself).
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from mesh.errors import ConfigError
 
 #: Redis connections one process opens at most (commands then wait for one)
 REDIS_MAX_CONNECTIONS = 256
+#: how long a command waits for its answer: past Redis' default ``busy-reply-threshold``
+#: (5 s), so a stall is answered BUSY; a host that stops answering is lost after it
+REDIS_READ_TIMEOUT_S = 10.0
 
 Redis = redis_asyncio.Redis
 
@@ -68,6 +74,7 @@ def redis_client(
     register_busy_reply()
     common: dict[str, Any] = {
         "socket_connect_timeout": connect_timeout_s,
+        "socket_timeout": REDIS_READ_TIMEOUT_S,
         "health_check_interval": 10,
     }
     if not sentinels:
@@ -113,6 +120,7 @@ class _SentinelRedis(redis_asyncio.Redis):
 
 __all__ = [
     "REDIS_MAX_CONNECTIONS",
+    "REDIS_READ_TIMEOUT_S",
     "RedisBusy",
     "parse_sentinels",
     "redis_client",
