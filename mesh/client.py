@@ -126,6 +126,11 @@ class MeshClient(Lifecycle):
         self.local_rules = LocalRules()
         #: tasks a local rule sent straight to an agent
         self.sent_by_rule = 0
+        #: when (loop clock) the last Result of a task a router routed came: proof that
+        #: routing works whatever the broker's consumer count says
+        self._routed_result_at = float("-inf")
+        #: whether the last look found no router with ingress messages waiting (logged once)
+        self._routerless = False
 
     @property
     def reply_to(self) -> str:
@@ -188,6 +193,8 @@ class MeshClient(Lifecycle):
         if result.status == "queued_for_human":
             self._interim(result)
             return
+        if result.route is None or result.route.strategy != LOCAL_RULE_ROUTE.strategy:
+            self._routed_result_at = asyncio.get_running_loop().time()
         seen = self._remember(result)
         waiters = self._waiters.pop(result.task_id, [])
         waiters += self._final_waiters.pop(result.task_id, [])
@@ -392,10 +399,13 @@ class MeshClient(Lifecycle):
     async def _wait(self, sent: TaskEnvelope, fut: asyncio.Future[Result], limit: float) -> Result:
         """`fut`'s Result within `limit` seconds, looking for a router every few seconds.
 
+        A Result of a routed task arriving since the last look counts as a router seen: in
+        a cluster, a quorum queue's consumer count can stay stale through a leader change.
+
         Raises:
             RequestTimeout: no Result in time.
             NoRouter: no router consumed ingress for `ROUTERLESS_S` while ingress messages
-                waited (the task is probably among them).
+                waited (the task is probably among them) and no routed Result came.
         """
         loop = asyncio.get_running_loop()
         end = loop.time() + limit
@@ -403,6 +413,7 @@ class MeshClient(Lifecycle):
         routed = sent.route is None or sent.route.strategy != LOCAL_RULE_ROUTE.strategy
         routed = routed and not self.wait_for_router
         routerless_since: float | None = None
+        looked = loop.time()
         while True:
             left = end - loop.time()
             if left <= 0:
@@ -413,9 +424,18 @@ class MeshClient(Lifecycle):
             if not routed or end - loop.time() <= 0:
                 continue
             seen = await self.watch.read(max_age_s=ROUTER_RECHECK_S / 2)
-            if seen is None or seen.routers or not seen.waiting:
+            routing, looked = self._routed_result_at >= looked, loop.time()
+            if seen is None or seen.routers or not seen.waiting or routing:
                 routerless_since = None
+                self._routerless = False
                 continue
+            if not self._routerless:
+                self._routerless = True
+                logger.warning(
+                    "no router consumes %s and %d ingress messages wait (the broker's count)",
+                    self.topology.router_queue,
+                    seen.waiting,
+                )
             now = loop.time()
             routerless_since = now if routerless_since is None else routerless_since
             if now - routerless_since >= ROUTERLESS_S:

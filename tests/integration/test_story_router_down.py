@@ -16,7 +16,7 @@ from mesh.client import ROUTERLESS_S
 from mesh.connection import MeshConnection
 from mesh.dispatch.store import TaskStore
 from mesh.router.service import RouterService
-from mesh.router_watch import RouterWatch
+from mesh.router_watch import RouterQueue, RouterWatch
 from mesh.schemas import TaskEnvelope
 from tests.conftest import wait_until
 from tests.integration import dispatch_kit
@@ -141,6 +141,49 @@ async def test_story_router_down_the_router_going_away_ends_a_waiting_request(
     assert " any more (the task waits there until one does)," in str(raised.value)
     # no router seen for the routerless span, against the 35 s of its timeout
     assert routerless_s <= took < routerless_s + 5, took
+
+
+async def test_story_router_down_a_stale_count_ends_no_request_while_routed_results_come(
+    conn: MeshConnection, add_cleanup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a cluster a quorum queue's consumer count can read 0 through a leader change
+    while its router works: a request waiting longer than the routerless span is not
+    ended with `NoRouter` while Results of routed tasks keep coming."""
+    routerless_s = 3.0
+    monkeypatch.setattr(mesh.client, "ROUTERLESS_S", routerless_s)
+    agent = Agent("support.slow", "Refunds an order, slowly when asked")
+    agent.max_concurrency = 4
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        await asyncio.sleep(float(task.payload["sleep_s"]))
+        return {"slept": task.payload["sleep_s"]}
+
+    await dispatch_kit.start_router(conn, add_cleanup)
+    await dispatch_kit.start_worker(conn, add_cleanup, agent)
+    async with MeshClient(conn) as client:
+        client.watch.ttl_s = 60.0  # the count read before it went stale stays trusted
+        first = await client.request("refund", {"sleep_s": 0}, target=agent.agent_id, wait_s=10)
+        assert first.status == "completed", first
+
+        async def stale(*, max_age_s: float = 0.0) -> RouterQueue:
+            return RouterQueue(routers=0, waiting=3)
+
+        monkeypatch.setattr(client.watch, "read", stale)
+        slow = asyncio.create_task(
+            client.request(
+                "refund", {"sleep_s": 2 * routerless_s}, target=agent.agent_id, wait_s=30
+            )
+        )
+        quick: list[str] = []
+        while not slow.done():
+            done = await client.request("refund", {"sleep_s": 0}, target=agent.agent_id, wait_s=10)
+            quick.append(done.status)
+            await asyncio.wait({slow}, timeout=0.2)
+        result = slow.result()
+    assert result.status == "completed", result
+    assert result.output == {"slept": 2 * routerless_s}
+    assert len(quick) >= 10 and set(quick) == {"completed"}, quick
 
 
 def _no_router(conn: MeshConnection) -> Any:
