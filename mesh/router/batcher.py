@@ -18,7 +18,7 @@ import logging
 import numpy as np
 from numpy.typing import NDArray
 
-from mesh.router.embedding import Embedder
+from mesh.router.embedding import Embedder, cached_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,10 @@ class QueryBatcher:
             batch, self._queue = self._queue[: self.batch_size], self._queue[self.batch_size :]
             texts = [t for t, _ in batch]
             try:
-                vectors = await asyncio.to_thread(self.embedder.embed, texts)
+                # texts the cache holds (a retry, a repeated request) skip the worker thread
+                vectors = cached_vectors(self.embedder, texts)
+                if vectors is None:
+                    vectors = await asyncio.to_thread(self.embedder.embed, texts)
             except Exception as exc:  # handed to every waiter; the batcher keeps going
                 logger.error("embedding a batch of %d failed", len(texts), exc_info=True)
                 for _, fut in batch:

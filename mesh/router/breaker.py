@@ -66,6 +66,8 @@ class BreakerBoard:
         self.open_s = open_s
         self.clock: Clock = clock or SystemClock()
         self._breakers: dict[str, _Breaker] = {}
+        #: the agents whose breaker is open or half-open (the only ones `blocked` can name)
+        self._opened: set[str] = set()
         #: told (agent_id, seconds it stays open) each time a breaker opens
         self.on_open = on_open
 
@@ -101,8 +103,10 @@ class BreakerBoard:
             b.outcomes.clear()
             b.failures = 0
             b.opened_at = None if ok else now
-            if not ok:
-                self._opened(agent_id)
+            if ok:
+                self._opened.discard(agent_id)
+            else:
+                self._on_opened(agent_id)
             return self.state(agent_id)
         if state == "open":
             return state
@@ -115,10 +119,11 @@ class BreakerBoard:
             b.opened_at = now
             b.outcomes.clear()
             b.failures = 0
-            self._opened(agent_id)
+            self._on_opened(agent_id)
         return self.state(agent_id)
 
-    def _opened(self, agent_id: str) -> None:
+    def _on_opened(self, agent_id: str) -> None:
+        self._opened.add(agent_id)
         logger.warning("breaker of agent=%s open for %gs", agent_id, self.open_s)
         if self.on_open is not None:
             self.on_open(agent_id, self.open_s)
@@ -130,10 +135,11 @@ class BreakerBoard:
 
     def blocked(self) -> set[str]:
         """Agents the router must not choose now (open, or half-open with a probe out)."""
-        return {a for a in self._breakers if not self.allows(a)}
+        return {a for a in self._opened if not self.allows(a)}
 
     def forget(self, agent_id: str) -> None:
         self._breakers.pop(agent_id, None)
+        self._opened.discard(agent_id)
 
 
 class SharedBreakers:

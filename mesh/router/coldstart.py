@@ -69,6 +69,9 @@ def contenders(
 ) -> NDArray[np.intp]:
     """Rows of the cold agents close to row `best` (the best eligible one, itself included
     when cold), best total first."""
+    cold = completed < completions
+    if not cold.any():
+        return np.empty(0, np.intp)
     near = np.flatnonzero(confidence >= np.float32(threshold - margin))
     near = near[(code[near] == 0) | (code[near] == 3)]  # available, tags match
     near = near[completed[near] < completions]

@@ -247,10 +247,13 @@ class Compound:
             received=received,
             user_id=delivery.user_id,
         )
-        if not await self.intake.admit(plan, as_sent):
+        admitted = await self.intake.admit(plan, as_sent)
+        if not admitted:
             return  # dispatched (or answered) by a pass before this one
         if plan.ending is not None:
             await self.endings.end(plan.envelope, raw, plan.ending)
             return
         assert plan.choice is not None
-        await self.dispatcher.dispatch(plan.envelope, plan.choice, raw, received)
+        await self.dispatcher.dispatch(
+            plan.envelope, plan.choice, raw, received, seeded=admitted == "seeded"
+        )

@@ -32,7 +32,7 @@ from mesh.schemas import Event, Feedback, encode
 ROUTE_RECORD_TTL_S = 86_400
 
 
-#: routers write routing records in batches (`mesh.router.outcomes`), every 50 ms: feedback
+#: routers write routing records in batches (`mesh.router.keeper.FLUSH_INTERVAL_S`): feedback
 #: given right after the Result may arrive first, so a missing record is looked up again
 RECORD_WAIT_S = 2.0
 

@@ -70,10 +70,10 @@ class HeadTable:
         h += hidden_biases
         np.maximum(h, 0, out=h)
         fitted = self.fitted[rows]
-        logp = np.zeros(len(rows), np.float32)
-        if not fitted.any():
-            return logp
-        known = rows[fitted]
+        every = bool(fitted.all())
+        if not every and not fitted.any():
+            return np.zeros(len(rows), np.float32)
+        known = rows if every else rows[fitted]
         z = np.einsum(
             "rmh,mh->rm",
             self.weights[known].reshape(len(known), self.members, -1),
@@ -82,7 +82,10 @@ class HeadTable:
         z += self.biases[known]
         top = z.max(axis=0)
         lse = top + np.log(np.exp(z - top).sum(axis=0))
-        known_logp = (z - lse).mean(axis=1).astype(np.float32)
+        known_logp: F32 = (z - lse).mean(axis=1).astype(np.float32)
+        if every:
+            return known_logp
+        logp = np.zeros(len(rows), np.float32)
         logp[fitted] = known_logp
         logp[~fitted] = known_logp.max()
         return logp

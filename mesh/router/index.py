@@ -44,8 +44,9 @@ so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 from numpy.typing import NDArray
@@ -104,6 +105,9 @@ class AgentEntry:
     #: the counter when this registration was added: a fit that saw an older registration
     #: (or a removed agent of the same id) is not applied to it
     registered: int = 0
+    #: the capability mean it was computed with, then the capability's weighted parts of
+    #: the centred and the raw prototype (`CapabilityIndex._set_prototypes`)
+    weighted_capability: tuple[F32, F32, F32] | None = field(default=None, repr=False)
 
     def requests(self) -> F32:
         """Example and learned vectors: texts written as requests, like queries."""
@@ -123,7 +127,7 @@ def embed_registration(
 
 def _unit1(vec: F32) -> F32:
     """One vector scaled to unit length (`unit` for a single row, without its overhead)."""
-    norm = float(np.sqrt(np.dot(vec, vec)))
+    norm = float(np.sqrt(vec.dot(vec)))
     out: F32 = (vec / max(norm, 1e-12)).astype(np.float32, copy=False)
     return out
 
@@ -148,8 +152,10 @@ class CapabilityIndex:
         #: (`_raw`), kept so one learned text updates a row in O(dim)
         self._centred_sum = np.zeros((cap, dim), np.float32)
         self._raw_sum = np.zeros((cap, dim), np.float32)
-        #: per row: the agent's own request texts as unit vectors (examples, learned)
+        #: per row: the agent's own request texts as unit vectors (examples, learned), the
+        #: leading rows of `_text_room` (room for learned texts to come, grown by doubling)
         self._raw_texts: list[F32 | None] = [None] * cap
+        self._text_room: list[F32 | None] = [None] * cap
         self._head = HeadTable(cap, self.fit_config.members, self.fit_config.hidden)
         self._stats = StatsTable(cap)
         #: per row: the agent's slot in `_lexical`
@@ -163,6 +169,9 @@ class CapabilityIndex:
         self._capability_mean = np.zeros(dim, np.float32)
         self._request_mean = np.zeros(dim, np.float32)
         self._version = 0
+        #: what readers derive from the index, by their key: ``(version, value)``, the
+        #: version (e.g. `stats_version`) it was derived at (`mesh.router.scoring`)
+        self.derived: dict[Hashable, tuple[Hashable, object]] = {}
         #: True when agents or memories changed since the last `refit()`
         self.dirty = False
         #: rows whose prototype was recomputed so far (a learned text costs one)
@@ -201,7 +210,8 @@ class CapabilityIndex:
     def center_query(self, query: F32) -> F32:
         """The unit query vector moved into the centred request space."""
         q = np.asarray(query, np.float32) - self._request_mean
-        out: F32 = (q / max(float(np.linalg.norm(q)), 1e-12)).astype(np.float32, copy=False)
+        norm = float(np.sqrt(q.dot(q)))  # what np.linalg.norm computes, without its checks
+        out: F32 = (q / max(norm, 1e-12)).astype(np.float32, copy=False)
         return out
 
     def rank(self, query: F32, text: str = "") -> F32:
@@ -246,10 +256,17 @@ class CapabilityIndex:
                 else np.arange(len(rows))
             )
         closest = raw.copy()
-        for i in best:
-            texts = self._raw_texts[int(rows[i])]
-            if texts is not None and len(texts):
-                closest[i] = float((texts @ q).max())
+        own = [self._raw_texts[r] for r in rows[best].tolist()]
+        held = [
+            i
+            for i, texts in zip(best.tolist(), own, strict=True)
+            if texts is not None and len(texts)
+        ]
+        if held:
+            # one product per agent, then one max per agent over the joined products
+            products = [texts @ q for texts in own if texts is not None and len(texts)]
+            starts = list(accumulate((len(p) for p in products[:-1]), initial=0))
+            closest[held] = np.maximum.reduceat(np.concatenate(products), starts)
         similarity[rows] = (raw + closest) * np.float32(0.5)
         return rank, similarity
 
@@ -287,8 +304,9 @@ class CapabilityIndex:
         if head:
             logp = self._head.logp(q, rows)
             if len(rows) < n:
-                sim += weight * logp.min()
-                sim[rows] += weight * (logp - logp.min())
+                low = logp.min()
+                sim += weight * low
+                sim[rows] += weight * (logp - low)
             else:
                 sim += weight * logp
         if not lexical:
@@ -300,8 +318,15 @@ class CapabilityIndex:
             else np.arange(len(rows))
         )
         if text:
-            sim[rows[best]] += lw * self._lexical.coverage(text, self._lex_slots[rows[best]])
+            top = rows[best]
+            sim[top] += lw * self._lexical.coverage(text, self._lex_slots[top])
         return sim, rows, best
+
+    @property
+    def stats_version(self) -> tuple[int, int]:
+        """Changes with any row's stats and with the number of rows: what is derived from
+        the stats alone holds while it stays the same (`derived`)."""
+        return self._stats.version, len(self)
 
     @property
     def load(self) -> F32:
@@ -400,12 +425,20 @@ class CapabilityIndex:
             self._stats.move(last, row)
             self._head.move(last, row)
             self._raw_texts[row] = self._raw_texts[last]
+            self._text_room[row] = self._text_room[last]
         self._raw_texts[last] = None
+        self._text_room[last] = None
         self._entries.pop()
         self._ids = None
         self._version += 1
         self.dirty = True
         return True
+
+    def count_dispatch(self, agent_id: str) -> None:
+        """One more task in flight for `agent_id`, idle no more (unknown agents: nothing)."""
+        row = self._rows.get(agent_id)
+        if row is not None:
+            self._stats.dispatched(row)
 
     def set_stats(self, agent_id: str, stats: AgentStats) -> None:
         self._stats.set(self._rows[agent_id], stats)
@@ -603,7 +636,7 @@ class CapabilityIndex:
         requests = entry.requests()
         self._centred_sum[row] = unit(requests - self._request_mean).sum(axis=0)
         unit_requests = unit(requests)
-        self._raw_texts[row] = unit_requests
+        self._raw_texts[row] = self._text_room[row] = unit_requests
         self._raw_sum[row] = unit_requests.sum(axis=0)
         self._set_prototypes(row, entry)
 
@@ -611,7 +644,8 @@ class CapabilityIndex:
         """Row `row` after learned `slot` went from `old` (None: empty) to `new`: O(dim).
 
         The sums take the difference; the matrix of the agent's own texts (closest-text
-        cosine) gets the one row, in a copy (a running query may hold the old one).
+        cosine) gets the one row in place, or appended in its room (scoring reads it on the
+        event loop, between two changes, never across one).
         """
         self.rows_refreshed += 1
         entry = self._entries[row]
@@ -625,20 +659,35 @@ class CapabilityIndex:
         texts = self._raw_texts[row]
         position = len(entry.examples) + list(entry.learned).index(slot)
         if texts is not None and old is not None and position < len(texts):
-            texts = texts.copy()
             texts[position] = new_unit
         elif texts is not None and old is None and position == len(texts):
-            texts = np.concatenate([texts, new_unit[None, :]])
+            room = self._text_room[row]
+            if room is None or len(room) <= position:
+                most = len(entry.examples) + self.memory_size
+                room = np.empty((min(max(2 * position, position + 1), most), self.dim), np.float32)
+                room[:position] = texts
+                self._text_room[row] = room
+            room[position] = new_unit
+            texts = room[: position + 1]
         else:
-            texts = unit(entry.requests())
+            texts = self._text_room[row] = unit(entry.requests())
         self._raw_texts[row] = texts
         self._set_prototypes(row, entry)
 
     def _set_prototypes(self, row: int, entry: AgentEntry) -> None:
-        weight = np.float32(self.fit_config.capability_weight)
-        cap = _unit1(entry.capability - self._capability_mean)
-        self._centroids[row] = _unit1(self._centred_sum[row] + weight * cap)
-        self._raw[row] = _unit1(self._raw_sum[row] + weight * _unit1(entry.capability))
+        mean = self._capability_mean
+        kept = entry.weighted_capability
+        if kept is None or kept[0] is not mean:
+            # the capability's weighted parts change with the fit's means only (not per text)
+            weight = np.float32(self.fit_config.capability_weight)
+            cap = _unit1(entry.capability - mean)
+            kept = entry.weighted_capability = (
+                mean,
+                weight * cap,
+                weight * _unit1(entry.capability),
+            )
+        self._centroids[row] = _unit1(self._centred_sum[row] + kept[1])
+        self._raw[row] = _unit1(self._raw_sum[row] + kept[2])
 
     # --- storage -------------------------------------------------------------------------
     #: per-row arrays of the index itself (the stats and head tables have their own),
@@ -651,6 +700,7 @@ class CapabilityIndex:
             return
         new_cap = max(need, cap * 2)
         self._raw_texts.extend([None] * (new_cap - cap))
+        self._text_room.extend([None] * (new_cap - cap))
         grow_rows(self, self._ARRAYS, new_cap)
         self._stats.grow(new_cap)
         self._head.grow(new_cap)

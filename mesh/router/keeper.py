@@ -23,7 +23,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from mesh.connection import MeshConnection, process_queue_id
 from mesh.messaging import Publisher
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.registry.state import AgentState
-from mesh.router.embedding import Embedder
+from mesh.router.embedding import Embedder, cached_vectors
 from mesh.router.index import AgentStats, CapabilityIndex
 from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import (
@@ -61,8 +60,11 @@ def _s(value: bytes | str) -> str:
 
 #: how often loads and liveness are copied from the snapshot into the index
 STATS_REFRESH_S = 1.0
-#: how often queued routing records and outcomes are written (one pipeline each time)
-FLUSH_INTERVAL_S = 0.05
+#: how often queued routing records and outcomes are written (one pipeline each time),
+#: however many outcome messages came in between
+FLUSH_INTERVAL_S = 0.2
+#: how often this router's outcome counts go to the other routers (one ``route.counts``)
+COUNTS_INTERVAL_S = 0.5
 
 
 class IndexKeeper:
@@ -94,6 +96,10 @@ class IndexKeeper:
         #: agents whose memory must be read whole (joined, or counted feedback)
         self._memory_dirty: set[str] = set()
         self._wake = asyncio.Event()
+        #: when records were last written and counts last announced, and when the loop's
+        #: sleep ends (monotonic)
+        self._last_flush = self._last_counts = float("-inf")
+        self._wake_at = float("inf")
         #: set whenever the index took in a registry change
         self.synced = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -149,7 +155,7 @@ class IndexKeeper:
             await asyncio.gather(task, return_exceptions=True)
         await self.subscriber.close()
         with contextlib.suppress(Exception):
-            await self._flush()  # what was queued still reaches Redis
+            await self._flush(force=True)  # what was queued still reaches Redis
 
     @property
     def fits(self) -> int:
@@ -166,9 +172,7 @@ class IndexKeeper:
 
     def count_dispatch(self, agent_id: str) -> None:
         """One more task in flight until the next heartbeat says otherwise (no herding)."""
-        if agent_id in self.index:
-            stats = self.index.stats(agent_id)
-            self.index.set_stats(agent_id, replace(stats, load=stats.load + 1, idle_s=0.0))
+        self.index.count_dispatch(agent_id)
 
     # --- registry changes ------------------------------------------------------------------
     def _on_agent_change(self, agent_id: str) -> None:
@@ -257,11 +261,14 @@ class IndexKeeper:
         last_stats = time.monotonic()
         while True:
             raise_if_cancelling()
-            wait = FLUSH_INTERVAL_S if self.ledger.pending else STATS_REFRESH_S
+            now = time.monotonic()
+            due = self._due_at()
+            wake_at = now + STATS_REFRESH_S if due is None else min(due, now + STATS_REFRESH_S)
             if self.index.dirty:
-                wait = min(wait, SETTLE_S / 2)  # notice when the changes settle
+                wake_at = min(wake_at, now + SETTLE_S / 2)  # notice when the changes settle
+            self._wake_at = wake_at
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout(max(0.0, wake_at - now)):
                     await self._wake.wait()
             self._wake.clear()
             try:
@@ -311,20 +318,42 @@ class IndexKeeper:
             if state is not None:
                 self.index.set_stats(agent_id, self.stats_of(state, now_ms()))
 
-    async def _flush(self) -> None:
-        """Write queued records; apply and announce the texts that took a slot."""
-        if not self.ledger.pending:
-            return
-        counted = self.ledger.take_counts()
-        if counted:
+    def _due_at(self) -> float | None:
+        """When queued work is due (monotonic; None: nothing is queued). Records are written
+        every `FLUSH_INTERVAL_S` and counts announced every `COUNTS_INTERVAL_S`, however
+        many outcome messages arrive in between: a router that sees a share of the tasks
+        sends as few messages as one that sees them all, each one less full."""
+        due: list[float] = []
+        if self.ledger.writes_pending:
+            due.append(self._last_flush + FLUSH_INTERVAL_S)
+        if self.ledger.counts_pending:
+            due.append(self._last_counts + COUNTS_INTERVAL_S)
+        return min(due) if due else None
+
+    async def _flush(self, *, force: bool = False) -> None:
+        """Announce the counts and write the queued records that are due (`force`: all);
+        apply and announce the texts that took a slot."""
+        now = time.monotonic()
+        if self.ledger.counts_pending and (force or now - self._last_counts >= COUNTS_INTERVAL_S):
+            self._last_counts = now
+            counted = self.ledger.take_counts()
             await self.publisher.emit(
                 Event(type=COUNTS_EVENT, data={"from": self.keeper_id, "counts": counted})
             )
+        if not self.ledger.writes_pending or not (
+            force or now - self._last_flush >= FLUSH_INTERVAL_S
+        ):
+            return
+        self._last_flush = now
         learned = await self.ledger.flush()
         if not learned:
             return
-        # the query texts were embedded when they were routed: the LRU has them
-        vectors = await asyncio.to_thread(self.embedder.embed, [item.text for item in learned])
+        # the query texts were embedded when they were routed: the LRU has them (read on
+        # the loop; a worker thread only for those it lost)
+        texts = [item.text for item in learned]
+        vectors = cached_vectors(self.embedder, texts)
+        if vectors is None:
+            vectors = await asyncio.to_thread(self.embedder.embed, texts)
         for item, vec in zip(learned, vectors, strict=True):
             if self.index.learn_at(item.agent_id, item.slot, vec, item.text):
                 self.learned_here += 1
@@ -390,8 +419,9 @@ class IndexKeeper:
             return
         # its stats are refreshed once per round of the loop, however many outcomes came
         self._stats_due.add(agent_id)
-        if self.ledger.pending:
-            self._wake.set()
+        due = self._due_at()
+        if due is not None and due < self._wake_at:
+            self._wake.set()  # the loop sleeps past what is now due
 
     async def _vouched(self, event: Event) -> Event:
         """A ``route.learned`` with only the items its tasks' routing records vouch for.

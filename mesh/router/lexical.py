@@ -17,9 +17,10 @@ every agent uses ("Handles requests about...", "please", "my") weigh almost noth
 Measured on CLINC150 (``bench/routing_accuracy.py``) against BM25, word tokens, stemming and
 the maximum over single texts, all within half a point of each other; this is the simplest.
 
-Incremental: texts are added and removed one at a time (gram reference counts per agent and
-document frequencies per gram), and scoring looks up only the query's grams in the bags of the
-candidate agents it is given, so its cost never grows with the number of agents. Pure: no I/O.
+Incremental: texts are added and removed one at a time (gram reference counts per agent, and
+per gram the set of agents holding it as the bits of an int, whose count is its document
+frequency), and scoring reads only the query's grams' bits, at the candidate agents it is
+given: one dictionary read per gram and a few bytes per agent slot. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ def grams(text: str) -> frozenset[str]:
     """The distinct grams of `text` (see the module docstring); cached: a routed text is
     cut once for its query and again when it is learned."""
     out: set[str] = set()
-    for word in _WORD.findall(unicodedata.normalize("NFKC", text).lower()):
-        for part in _split_cjk(word):
-            if _CJK.fullmatch(part):
+    folded = unicodedata.normalize("NFKC", text).lower()
+    # without a CJK run (most texts) every word is one alphabetic part
+    split = _split_cjk if _CJK.search(folded) else None
+    for word in _WORD.findall(folded):
+        for part in (word,) if split is None else split(word):
+            if split is not None and _CJK.fullmatch(part):
                 out.update(cjk_words(part))
                 continue
             padded = f"<{part}>"
-            out.update(padded[i : i + GRAM] for i in range(max(len(padded) - GRAM + 1, 1)))
+            out.update([padded[i : i + GRAM] for i in range(max(len(padded) - GRAM + 1, 1))])
     return frozenset(out)
 
 
@@ -110,7 +114,7 @@ def _split_cjk(word: str) -> list[str]:
 
 
 class LexicalIndex:
-    """Gram bags per agent slot and the document frequencies that weigh a query's grams.
+    """Gram bags per agent slot and, per gram, the slots holding it (its document frequency).
 
     Slots are small stable integers handed out by `add_agent` (a freed slot is reused);
     the caller maps its own rows to slots.
@@ -120,8 +124,9 @@ class LexicalIndex:
         #: per slot: gram -> how many of the agent's texts contain it (None: free slot)
         self._bags: list[Counter[str] | None] = []
         self._free: list[int] = []
-        #: gram -> how many agents hold it (document frequency)
-        self._df: Counter[str] = Counter()
+        #: gram -> the slots whose bag holds it, as the bits of an int: its document
+        #: frequency is the number of bits; a query reads its grams' masks, not every bag
+        self._holders: dict[str, int] = {}
         self._agents = 0
         #: gram postings added or removed so far (a learned text costs its own grams)
         self.postings_changed = 0
@@ -146,7 +151,7 @@ class LexicalIndex:
         """Free `slot` and forget its texts."""
         bag = self._bag(slot)
         for gram in bag:
-            self._unpost(gram)
+            self._unpost(gram, slot)
         self._bags[slot] = None
         self._free.append(slot)
         self._agents -= 1
@@ -155,10 +160,10 @@ class LexicalIndex:
         bag = self._bag(slot)
         found = grams(text)
         self.postings_changed += len(found)
-        for gram in found:
-            if bag[gram] == 0:
-                self._df[gram] += 1
-            bag[gram] += 1
+        holders, bit = self._holders, 1 << slot
+        for gram in [g for g in found if g not in bag]:  # new to the bag: the slot holds it
+            holders[gram] = holders.get(gram, 0) | bit
+        bag.update(found)  # counted in C
 
     def remove_text(self, slot: int, text: str) -> None:
         """Undo one `add_text(slot, text)`; grams the bag does not hold are ignored."""
@@ -169,25 +174,36 @@ class LexicalIndex:
             count = bag.get(gram, 0)
             if count <= 1:
                 if count:
-                    del bag[gram]
-                    self._unpost(gram)
+                    bag.pop(gram)
+                    self._unpost(gram, slot)
             else:
                 bag[gram] = count - 1
 
     def coverage(self, text: str, slots: NDArray[np.intp]) -> F32:
         """Per slot of `slots`: the idf-weighted share of the grams of `text` it holds.
 
-        Cost grows with the grams of `text` times ``len(slots)`` (set lookups), never with
-        the number of agents, so the caller passes only the candidates worth scoring.
+        One dictionary read per gram of `text` (its holders' bits, a bit per agent slot), then
+        the bits of `slots` in one numpy pass: no bag is looked into, so the cost stays a few
+        cache lines per gram whatever the bags' sizes and the number of slots asked for.
         """
         query = list(grams(text))
         if not query or not len(slots) or not self._agents:
             return np.zeros(len(slots), np.float32)
+        wanted = slots.astype(np.intp, copy=False)
+        for slot in wanted.tolist():
+            self._bag(slot)  # a slot not in use is the caller's bug
         n = self._agents
-        df = np.array([self._df.get(g, 0) for g in query], np.float64)
+        masks = [self._holders.get(g, 0) for g in query]
+        df = np.fromiter(map(int.bit_count, masks), np.float64, len(query))
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
-        bags = [self._bag(int(s)) for s in slots]
-        held = np.array([[g in bag for g in query] for bag in bags], np.float64)
+        width = (len(self._bags) + 7) // 8
+        bits = np.frombuffer(
+            b"".join(m.to_bytes(width, "little") for m in masks), np.uint8
+        ).reshape(len(query), width)
+        # (slots, grams): slot s is bit s % 8 of byte s // 8 of each gram's mask
+        held = np.ascontiguousarray(
+            (bits[:, wanted >> 3].T >> (wanted & 7)[:, None]) & 1, dtype=np.float64
+        )
         out: F32 = (held @ (idf / idf.sum())).astype(np.float32)
         return out
 
@@ -197,8 +213,9 @@ class LexicalIndex:
             raise KeyError(f"lexical slot {slot} is not in use")
         return bag
 
-    def _unpost(self, gram: str) -> None:
-        if self._df[gram] <= 1:
-            del self._df[gram]
+    def _unpost(self, gram: str, slot: int) -> None:
+        left = self._holders[gram] & ~(1 << slot)
+        if left:
+            self._holders[gram] = left
         else:
-            self._df[gram] -= 1
+            del self._holders[gram]

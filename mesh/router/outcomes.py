@@ -4,9 +4,10 @@ A worker publishes a task's outcome with the tag of the router that dispatched i
 routing key's last word (``task.completed.<tag>``), and each router binds only its own tag:
 its work grows with the tasks it routes, not with the whole mesh's. It counts them (success
 rate, cold-start state, circuit breakers), writes their Redis records once for the whole
-mesh, and tells the other routers its counts in one ``route.counts`` event per flush, so
-every router keeps the same counts per agent. Outcomes with no tag (a router ended the
-task, or no router dispatched it) reach every router, each counting them itself.
+mesh, and tells the other routers its counts in one ``route.counts`` event every
+`mesh.router.keeper.COUNTS_INTERVAL_S`, so every router keeps the same counts per agent.
+Outcomes with no tag (a router ended the task, or no router dispatched it) reach every
+router, each counting them itself.
 
 Nothing here waits on Redis in the decision path: a dispatch's routing record and each
 outcome are queued and written by `flush()` in one pipelined round trip for many tasks,
@@ -103,7 +104,17 @@ class OutcomeLedger:
 
     @property
     def pending(self) -> bool:
-        return bool(self._routes or self._outcomes or self._counted or self.quota.pending)
+        return self.writes_pending or self.counts_pending
+
+    @property
+    def writes_pending(self) -> bool:
+        """Something waits for `flush` (routing records, outcomes, quota counters)."""
+        return bool(self._routes or self._outcomes or self.quota.pending)
+
+    @property
+    def counts_pending(self) -> bool:
+        """Own outcomes wait for `take_counts` (the next ``route.counts``)."""
+        return bool(self._counted)
 
     def remember(self, envelope: TaskEnvelope, agent_id: str, *, learns: bool = True) -> None:
         """A task this router sent to `agent_id` (its text is learned if it completes, unless

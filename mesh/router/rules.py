@@ -83,8 +83,10 @@ class RuleIndex:
 
     def keyword_hits(self, query_text: str) -> set[str]:
         """Agents one of whose keywords (all of its words) is in the query."""
+        if not self._by_keyword:
+            return set()  # no agent registered keywords: nothing to cut the query into
         words = tokens(query_text)
-        if not self._by_keyword or not words:
+        if not words:
             return set()
         present = set(words)
         hit: set[str] = set()

@@ -181,7 +181,25 @@ class Decision:
     def candidates(self, limit: int | None = None) -> list[Candidate]:
         """Ranked candidates with their parts (all of them when `limit` is None)."""
         rows = self.order if limit is None else self.order[:limit]
-        return [self.candidate(int(r)) for r in rows]
+        # one conversion per array (the values `candidate` gives, row by row)
+        columns = zip(
+            rows.tolist(),
+            self.similarity[rows].tolist(),
+            self.semantic[rows].tolist(),
+            self.keyword[rows].tolist(),
+            self.load[rows].tolist(),
+            self.idle[rows].tolist(),
+            self.history[rows].tolist(),
+            self.priority[rows].tolist(),
+            self.total[rows].tolist(),
+            self.filter_code[rows].tolist(),
+            strict=True,
+        )
+        filters = (None, UNAVAILABLE, TAGS, BELOW_THRESHOLD)
+        return [
+            Candidate(self.ids[row], sim, sem, kw, load, idle, hist, prio, total, filters[code])
+            for row, sim, sem, kw, load, idle, hist, prio, total, code in columns
+        ]
 
     def bid_candidates(self, k: int) -> list[str]:
         """The `k` available, tag-matching agents with the highest similarity (for bids)."""
@@ -222,15 +240,14 @@ def score(
         if query_text and weights.keyword_boost
         else np.zeros(n, np.float32)
     )
-    free = 1.0 - np.minimum(index.load / index.max_concurrency, 1.0)
-    load = (weights.w_load * free).astype(np.float32)
-    idle = (weights.w_idle * np.minimum(index.idle_s / weights.idle_horizon_s, 1.0)).astype(
-        np.float32
-    )
-    history = (weights.w_history * index.success_rate).astype(np.float32)
-    priority = (weights.priority_bonus * index.priority).astype(np.float32)
-    semantic = (weights.w_semantic * rank).astype(np.float32)
-    total = semantic + kw + load + idle + history + priority
+    load, idle, history, priority = _stats_parts(index, weights)
+    semantic = (weights.w_semantic * rank).astype(np.float32, copy=False)
+    # summed left to right, as ``semantic + kw + load + idle + history + priority``
+    total = semantic + kw
+    total += load
+    total += idle
+    total += history
+    total += priority
 
     code = np.zeros(n, np.int8)
     code[(sim + kw) < weights.threshold] = 3
@@ -300,6 +317,34 @@ def score(
                 return decision(index.ids[pick], "explore", index.ids[best], contested)
             return decision(index.ids[best], strategy, runner_up, contested)
     return decision(index.ids[best], strategy, runner_up)
+
+
+#: weights whose stats parts an index keeps at most (`_stats_parts`)
+_PARTS_KEPT = 8
+
+
+def _stats_parts(index: CapabilityIndex, weights: ScoreWeights) -> tuple[F32, F32, F32, F32]:
+    """The weighted load, idle, history and priority parts of every row: they depend on the
+    stats alone, so they are computed once per change of them (`stats_version`), not per
+    query (a batch of queries embedded together is scored with no dispatch between)."""
+    version = index.stats_version
+    kept = index.derived.get(weights)
+    if kept is not None and kept[0] == version:
+        return kept[1]  # type: ignore[return-value]
+    free = 1.0 - np.minimum(index.load / index.max_concurrency, 1.0)
+    load = (weights.w_load * free).astype(np.float32)
+    idle = (weights.w_idle * np.minimum(index.idle_s / weights.idle_horizon_s, 1.0)).astype(
+        np.float32
+    )
+    history = (weights.w_history * index.success_rate).astype(np.float32)
+    priority = (weights.priority_bonus * index.priority).astype(np.float32)
+    parts = (load, idle, history, priority)
+    for part in parts:
+        part.flags.writeable = False  # shared by every decision until the stats change
+    if len(index.derived) >= _PARTS_KEPT:
+        index.derived.clear()
+    index.derived[weights] = (version, parts)
+    return parts
 
 
 def _prefer(a: int, b: int, sim: F32, index: CapabilityIndex) -> bool:

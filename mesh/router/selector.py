@@ -233,7 +233,8 @@ class SemanticSelector(Lifecycle):
             "runner_up": decision.runner_up,
         }
         if decision.agent_id is not None:
-            best = decision.candidate(self.index.row(decision.agent_id))
+            row = self.index.row(decision.agent_id)
+            total, similarity = float(decision.total[row]), float(decision.similarity[row])
             waiting = not self.keeper.is_live(decision.agent_id)
             if waiting:
                 explain["waiting_for_instance"] = True
@@ -241,8 +242,8 @@ class SemanticSelector(Lifecycle):
                 decision.agent_id,
                 RouteInfo(
                     strategy=_STRATEGIES[decision.strategy],
-                    score=round(best.total, 4),
-                    low_confidence=best.similarity < self.settings.low_confidence_threshold,
+                    score=round(total, 4),
+                    low_confidence=similarity < self.settings.low_confidence_threshold,
                     waiting_for_instance=waiting,
                 ),
                 explain,

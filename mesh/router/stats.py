@@ -48,15 +48,21 @@ class StatsTable:
         self.routable = np.zeros(capacity, np.bool_)
         self.priority = np.zeros(capacity, np.float32)
         self.completed = np.zeros(capacity, np.int64)
+        #: raised by every change of a row: what is derived from the arrays alone (the
+        #: weighted stats parts of `mesh.router.scoring`) holds while it stays the same
+        self.version = 0
 
     def grow(self, capacity: int) -> None:
         grow_rows(self, self.ARRAYS, capacity)
+        self.version += 1
 
     def move(self, source: int, target: int) -> None:
         """Copy row `source` onto row `target` (the index fills a removed row)."""
         move_row(self, self.ARRAYS, source, target)
+        self.version += 1
 
     def set(self, row: int, stats: AgentStats) -> None:
+        self.version += 1
         self.load[row] = stats.load
         self.max_conc[row] = max(stats.max_concurrency, 1)
         self.success[row] = stats.success_rate
@@ -64,6 +70,13 @@ class StatsTable:
         self.routable[row] = stats.status == ROUTABLE
         self.priority[row] = stats.priority
         self.completed[row] = stats.completed
+
+    def dispatched(self, row: int) -> None:
+        """One more task in flight at `row`, and not idle (what `set` would write with the
+        row's own stats, load + 1 and idle 0)."""
+        self.load[row] += 1
+        self.idle[row] = 0.0
+        self.version += 1
 
     def get(self, row: int) -> AgentStats:
         return AgentStats(

@@ -65,3 +65,23 @@ def test_breakers_are_per_agent() -> None:
     for _ in range(4):
         b.record("a", False)
     assert not b.allows("a") and b.allows("b")
+
+
+def test_blocked_names_open_breakers_and_half_open_ones_with_a_probe_out() -> None:
+    clock = ManualClock()
+    b = board(clock)
+    for agent in ("a", "b"):
+        b.record(agent, True)
+    for _ in range(4):
+        b.record("a", False)
+    assert b.blocked() == {"a"}
+    clock.advance(31)
+    assert b.blocked() == set()  # half-open, no probe yet
+    b.on_dispatch("a")
+    assert b.blocked() == {"a"}
+    b.record("a", True)  # the probe succeeded: closed
+    assert b.blocked() == set()
+    for _ in range(4):
+        b.record("b", False)
+    b.forget("b")
+    assert b.blocked() == set()

@@ -17,6 +17,8 @@ from mesh.router.embedding import (
     HashEmbedder,
     Vectors,
     build_embedder,
+    cached_vectors,
+    length_chunks,
 )
 
 
@@ -154,3 +156,43 @@ def test_cache_returns_copies() -> None:
     out = cached.embed(["same"])
     out[:] = 0
     assert np.linalg.norm(cached.embed(["same"])) == pytest.approx(1.0)
+
+
+def test_cached_answers_only_when_every_text_is_held() -> None:
+    inner = CountingEmbedder()
+    cached = CachedEmbedder(inner)
+    cached.start()
+    assert cached_vectors(inner, ["a"]) is None  # not a cache: it must embed
+    first = cached.embed(["a", "b"])
+    assert cached.cached(["b", "c"]) is None  # c is missing: nothing counted
+    assert cached.stats.hits == 0
+    again = cached_vectors(cached, ["b", "a"])
+    assert again is not None
+    np.testing.assert_array_equal(again, first[::-1])
+    assert cached.stats.hits == 2
+    assert inner.calls == [["a", "b"]]
+    again[:] = 0  # a copy
+    np.testing.assert_array_equal(cached.embed(["a"])[0], first[0])
+
+
+def test_length_chunks_group_similar_lengths_longest_first() -> None:
+    lengths = np.array([3, 40, 4, 41, 3, 40, 5, 39], np.int64)
+    chunks = length_chunks(lengths, limit=64, slack=8)
+    assert [(sorted(rows.tolist()), width) for rows, width in chunks] == [
+        ([1, 3, 5, 7], 41),
+        ([0, 2, 4, 6], 5),
+    ]
+
+
+def test_length_chunks_cover_every_position_once_within_limit_and_slack() -> None:
+    lengths = np.random.default_rng(0).integers(2, 60, 100).astype(np.int64)
+    chunks = length_chunks(lengths, limit=16, slack=24)
+    rows = np.concatenate([r for r, _ in chunks])
+    assert sorted(rows.tolist()) == list(range(100))
+    for r, width in chunks:
+        assert 1 <= len(r) <= 16
+        assert width == lengths[r].max()
+        assert int((width - lengths[r]).sum()) <= 24
+    same = length_chunks(np.array([7, 7, 7], np.int64), limit=2)
+    assert [(r.tolist(), w) for r, w in same] == [([0, 1], 7), ([2], 7)]
+    assert length_chunks(np.array([], np.int64), limit=2) == []

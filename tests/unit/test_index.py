@@ -228,3 +228,34 @@ def test_incremental_row_updates_match_a_full_recompute() -> None:
     np.testing.assert_allclose(index.prototypes[row], centroid, atol=1e-5)
     np.testing.assert_allclose(index._raw[row], raw, atol=1e-5)
     np.testing.assert_allclose(index._raw_texts[row], texts, atol=1e-6)  # type: ignore[arg-type]
+
+
+def test_learned_texts_follow_a_moved_row() -> None:
+    index = CapabilityIndex(DIM, memory_size=6)
+    for name, axis in (("a", 0), ("b", 3), ("c", 5)):
+        add(index, name, axis)
+    index.refit()
+    for s in range(9):  # appends into the room, then replaces in place
+        index.learn_at("c", s % 6, unit(s % 7, noise=0.3, seed=s), f"text {s}")
+    index.remove("a")  # the last row, c's, moves into a's
+    index.learn_at("c", 6 % 6, unit(2, noise=0.3, seed=99), "after the move")
+    row = index.row("c")
+    texts = index._raw_texts[row].copy()  # type: ignore[union-attr]
+    centroid = index.prototypes[row].copy()
+    index._refresh_row(row)
+    np.testing.assert_allclose(index._raw_texts[row], texts, atol=1e-6)  # type: ignore[arg-type]
+    np.testing.assert_allclose(index.prototypes[row], centroid, atol=1e-5)
+    assert len(texts) == len(index.entry("c").examples) + 6
+
+
+def test_a_dispatch_counts_one_more_task_in_flight() -> None:
+    index = CapabilityIndex(DIM)
+    before = AgentStats(load=2, max_concurrency=4, success_rate=0.75, idle_s=30.0, completed=7)
+    add(index, "a", 0, stats=before)
+    version = index.stats_version
+    index.count_dispatch("a")
+    index.count_dispatch("ghost")  # unknown: nothing
+    assert index.stats("a") == AgentStats(
+        load=3, max_concurrency=4, success_rate=0.75, idle_s=0.0, completed=7
+    )
+    assert index.stats_version != version  # what is derived from the stats is stale

@@ -36,7 +36,7 @@ def _sizes(index: CapabilityIndex) -> dict[str, int]:
         "rows": len(index),
         "entries": len(index._entries),
         "row_map": len(index._rows),
-        "grams": len(lexical._df),
+        "grams": len(lexical._holders),
         "bags": len(lexical._bags),
         "bag_grams": sum(len(b) for b in lexical._bags if b is not None),
         "tags": len(rules._by_tag),

@@ -3,38 +3,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from mesh.router.breaker import BreakerBoard
-from mesh.router.memory import ExampleMemory, Outcome
+from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import OutcomeLedger
 from mesh.schemas import Event, TaskEnvelope
-
-
-class FakeMemory:
-    def __init__(self) -> None:
-        self.recorded: list[Outcome] = []
-
-    async def record_many(self, outcomes: list[Outcome]) -> list[int]:
-        self.recorded.extend(outcomes)
-        return [0] * len(outcomes)  # every text takes slot 0
-
-
-class FakePipeline:
-    def hset(self, *args: Any, **kwargs: Any) -> None: ...
-
-    def expire(self, *args: Any) -> None: ...
-
-    async def execute(self) -> None: ...
-
-
-class FakeConn:
-    class redis:
-        @staticmethod
-        def pipeline(transaction: bool = False) -> FakePipeline:
-            return FakePipeline()
-
-    class keys:
-        @staticmethod
-        def outcome(task_id: str) -> str:
-            return f"outcome:{task_id}"
+from tests.unit.ledger_fakes import FakeConn, FakeMemory
 
 
 async def test_a_chosen_task_teaches_its_text_and_a_targeted_one_only_counts() -> None:

