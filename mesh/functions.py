@@ -11,11 +11,19 @@ library registers each body verbatim as ``function(KEYS, ARGV) <body> end``, so 
 in it means what it meant under EVAL. The library's name and its functions' names carry a
 digest of the bodies: two versions of the mesh in one Redis each call their own code, and
 loading the same code again changes nothing.
+
+A function bound with ``batched`` (`Library.bind`) joins the calls of its client issued in
+the same turn of the event loop, or while the client's last batch is out (`CallBatch`):
+they go to Redis in one pipeline, one round trip for many concurrent tasks' claims and
+commits, or a router's relays of result notices. Each call stays one function, atomic
+on its own, and gets its own answer or error.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,6 +32,11 @@ from typing import Any
 from redis.exceptions import NoPermissionError, ResponseError
 
 from mesh.errors import RedisFunctionsMissing
+
+#: at most this many calls in one pipeline of a `CallBatch`
+MAX_BATCH = 64
+#: a queued call: function name, keys, args, and the caller's answer
+_Call = tuple[str, Sequence[Any], Sequence[Any], "asyncio.Future[Any]"]
 
 #: what the name of every library of the mesh starts with (``FUNCTION LIST LIBRARYNAME``)
 LIBRARY_PREFIX = "agent_reach_"
@@ -73,9 +86,10 @@ class Library:
             )
         return "".join(parts)
 
-    def bind(self, redis: Any, script: str) -> Function:
-        """`script` of this library, called on the client `redis`."""
-        return Function(self, self.function_name(script), redis)
+    def bind(self, redis: Any, script: str, *, batched: bool = False) -> Function:
+        """`script` of this library, called on the client `redis`; with `batched`, in
+        one pipeline with the client's other batched calls (`CallBatch`)."""
+        return Function(self, self.function_name(script), redis, batched)
 
     async def load(self, redis: Any) -> None:
         """``FUNCTION LOAD REPLACE`` on an asyncio client.
@@ -101,10 +115,14 @@ class Function:
     library: Library
     name: str
     redis: Any
+    #: sent in one pipeline with the client's other batched calls (`CallBatch`)
+    batched: bool = False
 
     async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         """``FCALL``; a missing library is loaded once (see the module docstring)."""
         try:
+            if self.batched:
+                return await CallBatch.of(self.redis).call(self.name, keys, args)
             return await self.redis.fcall(self.name, len(keys), *keys, *args)
         except ResponseError as exc:
             if not is_missing(exc):
@@ -132,4 +150,93 @@ class Function:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
-__all__ = ["LIBRARY_PREFIX", "Function", "Library", "is_missing"]
+class CallBatch:
+    """The batched FCALLs of one Redis client, one pipeline out at a time.
+
+    A call made while none is out goes at the end of the loop turn, with every call made
+    in the turn; calls made while one is out go together in the next, at most `MAX_BATCH`
+    (batching adds no wait of its own but that round trip). All go in one pipeline without
+    a transaction (a lone call as a plain FCALL). Each caller gets its own answer, or its
+    own error (a missing function, BUSY); an error of the connection fails every call of
+    the pipeline, as it would have failed each one alone.
+    """
+
+    def __init__(self, redis: Any) -> None:
+        # not the client itself: it is the key of the batch's weak entry in `_BATCHES`
+        self._redis = weakref.ref(redis)
+        self._queued: list[_Call] = []
+        self._sending: asyncio.Task[None] | None = None
+        #: pipelines (or lone calls) sent, and the calls they carried
+        self.batches = 0
+        self.calls = 0
+
+    @classmethod
+    def of(cls, redis: Any) -> CallBatch:
+        found = _BATCHES.get(redis)
+        if found is None:
+            found = _BATCHES[redis] = cls(redis)
+        return found
+
+    def call(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> asyncio.Future[Any]:
+        """The answer of ``FCALL name`` (a future: await it)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+        self._queued.append((name, keys, args, answer))
+        if self._sending is None:
+            # a task starts at the next turn: the calls of this one join the first batch
+            self._sending = loop.create_task(self._drain())
+        return answer
+
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                batch = self._queued[:MAX_BATCH]
+                del self._queued[:MAX_BATCH]
+                self.batches += 1
+                self.calls += len(batch)
+                await self._send(batch)
+        except asyncio.CancelledError:
+            queued, self._queued = self._queued, []
+            for *_, answer in queued:
+                answer.cancel()
+            raise
+        finally:
+            self._sending = None
+
+    async def _send(self, batch: list[_Call]) -> None:
+        answers: list[Any]
+        try:
+            redis = self._redis()
+            if redis is None:
+                raise RuntimeError("the Redis client of these calls is gone")
+            if len(batch) == 1:
+                name, keys, args, _ = batch[0]
+                answers = [await redis.fcall(name, len(keys), *keys, *args)]
+            else:
+                pipe = redis.pipeline(transaction=False)
+                for name, keys, args, _ in batch:
+                    pipe.fcall(name, len(keys), *keys, *args)
+                answers = await pipe.execute(raise_on_error=False)
+        except asyncio.CancelledError:
+            for *_, answer in batch:
+                answer.cancel()
+            raise
+        except Exception as exc:
+            for *_, answer in batch:
+                if not answer.done():
+                    answer.set_exception(exc)
+            return
+        for (*_, answer), value in zip(batch, answers, strict=True):
+            if answer.done():  # its caller was cancelled meanwhile
+                continue
+            if isinstance(value, Exception):
+                answer.set_exception(value)
+            else:
+                answer.set_result(value)
+
+
+#: each Redis client's `CallBatch`, while the client lives
+_BATCHES: weakref.WeakKeyDictionary[Any, CallBatch] = weakref.WeakKeyDictionary()
+
+
+__all__ = ["LIBRARY_PREFIX", "CallBatch", "Function", "Library", "is_missing"]

@@ -213,12 +213,17 @@ class Keys:
         """String with TTL: the last per-agent figures of observer `name` (`mesh stats`)."""
         return f"{self.prefix}:observer-figures:{name}"
 
-    def context(self, trace_id: str, version: int) -> str:
-        """String: one version of a trace's shared context."""
-        return f"{self.prefix}:ctx:{trace_id}:{version}"
+    def context(self, trace_id: str, version: int, origin: str = "") -> str:
+        """String: one version of a trace's shared context. Under access control a version
+        is the agent's that saved it (`origin`, after a ``/``: in no id) and lives in agent
+        views only: ``<prefix>:agent/<a>/:ctx:<trace>:<version>/<origin>`` in the saver's,
+        and a router's copy in the view of each agent a task carrying it goes to."""
+        tail = f"{version}/{origin}" if origin else str(version)
+        return f"{self.prefix}:ctx:{trace_id}:{tail}"
 
     def context_version(self, trace_id: str) -> str:
-        """INCR counter: the last context version of a trace."""
+        """INCR counter: the last context version of a trace (of an agent's saves on it, in
+        the agent's view under access control)."""
         return f"{self.prefix}:ctx-version:{trace_id}"
 
     def side_effect(self, name: str) -> str:

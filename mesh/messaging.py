@@ -101,12 +101,20 @@ def envelope_message(
 
 def result_message(result: Result, correlation_id: str | None = None) -> aio_pika.Message:
     """A persistent Result message; its correlation_id is the caller's, else the task_id."""
+    return encoded_result_message(encode(result), result.task_id, correlation_id)
+
+
+def encoded_result_message(
+    body: bytes, task_id: str, correlation_id: str | None = None
+) -> aio_pika.Message:
+    """`result_message` of a Result encoded already (`body`, the Result of `task_id`: the
+    bytes a commit stored, sent as they are)."""
     return aio_pika.Message(
-        encode(result),
+        body,
         content_type=JSON,
         delivery_mode=DeliveryMode.PERSISTENT,
-        correlation_id=correlation_id or result.task_id,
-        message_id=f"result:{result.task_id}",
+        correlation_id=correlation_id or task_id,
+        message_id=f"result:{task_id}",
     )
 
 
@@ -274,10 +282,16 @@ class Publisher(Lifecycle):
         correlation_id); never mandatory (a reply is not returned to us). A mesh reply
         queue is reached through the replies exchange, any other through the default one
         (which a router under access control may not write: such callers are refused)."""
+        if waiter:
+            await self.reply_encoded(waiter, encode(result), result.task_id)
+
+    async def reply_encoded(self, waiter: str | None, body: bytes, task_id: str) -> None:
+        """`reply` with a Result encoded already (`body`: the bytes a commit stored, or the
+        copy an agent sealed, which a router forwards as stored)."""
         if not waiter:
             return
         reply_to, correlation_id = split_waiter(waiter)
-        message = result_message(result, correlation_id)
+        message = encoded_result_message(body, task_id, correlation_id)
         key = self.topology.reply_key(reply_to)
         if key is not None:
             # a mesh reply queue: through the replies exchange, keyed by the queue

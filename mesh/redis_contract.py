@@ -131,7 +131,8 @@ def functions() -> dict[str, Any]:
                 "ok": "['ok', waiter...]: committed; answer each waiter (a reply queue, "
                 "then \\u001f and the correlation_id to echo, when the caller set one) "
                 "and the envelope's reply_to; under access control publish the Result "
-                "to the results exchange instead, and a router answers",
+                "to the results exchange instead (message_id 'result:<task_id>': the "
+                "router reads the task_id there, else in the body), and a router answers",
                 "done": "['done', result_json]: another commit won; ack",
                 "stale": "['stale']: the fencing token is refused; nothing is answered, "
                 "hand the delivery back",

@@ -447,10 +447,12 @@ REDIS_KEYS: dict[RoleKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("instance", "agent", "agent_instances", "agents", "leases", "sealed"),
     ),
-    # a worker's task records (claim, commit, side-effect markers, trace visits) are in
-    # its agent's view (`Keys.for_agent`, added by `redis_acl`), none of the mesh's own
+    # a worker's task records (claim, commit, side-effect markers, trace visits) and the
+    # contexts it reads and saves are in its agent's view (`Keys.for_agent`, added by
+    # `redis_acl`; a router copies a task's context there: `mesh.dispatch.context`), none
+    # of the mesh's own
     "worker": (
-        ("side_effect", "context", "context_version"),
+        ("side_effect",),
         ("instance",),
     ),
 }

@@ -4,7 +4,9 @@ Layout (keys from `mesh.keys.Keys`): ``task(id)`` hash (state, trace_id, agent_i
 ``task_history(id)`` list of ``{state, ts_ms, by, note}``, ``task_waiters(id)`` set of every
 reply_to recorded for the task_id, ``idem(id)`` hash (claim holder, token, the stored
 result), ``processing()`` zset of claimed tasks by the end of their maximum lifetime.
-Everything expires after ``settings.idempotency_ttl_s``.
+Everything expires ``settings.idempotency_ttl_s`` after a task's last step (at least 99 %
+of it: steps a moment apart set a record's expiry once, its ``expires_ms`` field says when
+it ends; `mesh.dispatch.lua`).
 
 Under access control the records are the mesh's: a worker's Redis user may not read or
 write them. Each agent has a view instead (`Keys.for_agent`: the same families under
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from mesh.config import Settings
 from mesh.dispatch import lua
+from mesh.dispatch.context import seed_keys
 from mesh.keys import Keys
 from mesh.messaging import waiter_of
 from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
@@ -53,6 +57,8 @@ class Submission:
     status: Literal["new", "done", "answered", "pending", "resume", "refused", "foreign"]
     state: str = ""
     result: Result | None = None
+    #: a new task's dispatch was seeded with its record (`TaskStore.submit`'s `seed_until`)
+    seeded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +84,40 @@ class Commit:
     waiters: tuple[str, ...] = ()
     result: Result | None = None
     detail: str = ""
+    #: ``ok``: the Result as stored, encoded once (the replies send these bytes)
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Relay:
+    """What a router learns when it takes a worker's result notice (`TaskStore.relay`)."""
+
+    #: ``ok`` (the mesh's record finished now) and ``again`` (finished from this very
+    #: Result before, its callers not told yet) answer `waiters` with `body`; ``done`` (it
+    #: ended otherwise first), ``foreign`` (not dispatched to the agent), ``unsealed`` (the
+    #: agent sealed nothing), ``invalid`` (its copy is not a terminal Result of the task)
+    #: and ``refused`` (the record cannot end) answer nobody
+    status: Literal["ok", "again", "done", "foreign", "unsealed", "invalid", "refused"]
+    #: the agent's sealed Result, as stored (forwarded without decoding it)
+    body: bytes = b""
+    waiters: tuple[str, ...] = ()
+    #: ``foreign``: the agents the task went to; ``done``: its status; ``refused``: state
+    detail: str = ""
 
 
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _relay_of(reply: Any) -> Relay:
+    status = _s(reply[0])
+    if status in {"ok", "again"}:
+        body = reply[1] if isinstance(reply[1], bytes) else str(reply[1]).encode()
+        return Relay(status, body, tuple(_s(w) for w in reply[2:]))  # type: ignore[arg-type]
+    if status == "foreign":
+        return Relay("foreign", detail=", ".join(sorted(_s(a) for a in reply[1:])))
+    detail = _s(reply[1]) if len(reply) > 1 else ""
+    return Relay(status, detail=detail)  # type: ignore[arg-type]
 
 
 def _result(raw: Any) -> Result | None:
@@ -101,20 +137,23 @@ class TaskStore:
         self.redis = redis
         self.keys = keys
         self.ttl_ms = settings.idempotency_ttl_s * 1000
+        self.context_ttl_ms = settings.context_ttl_s * 1000
         #: the mesh's own keys (a view's store reads the instance hashes for the fencing
         #: check there, and seals a Result there: `Keys.sealed`)
         self.mesh = instances or keys
         self.instance_prefix = self.mesh.instance_prefix()
         #: the mesh's records under access control: each agent's steps are in its view
         self.views = settings.access_control and not keys.view
-        # Redis functions (FCALL), loaded by the operator or on first use (`mesh.functions`)
+        # Redis functions (FCALL), loaded by the operator or on first use (`mesh.functions`);
+        # a worker's claims and commits, a router's relays, go in pipelines (`CallBatch`)
         self._seed = lua.LIBRARY.bind(redis, "seed")
+        self._relay = lua.LIBRARY.bind(redis, "relay", batched=True)
         self._advance = lua.LIBRARY.bind(redis, "advance")
         self._submit = lua.LIBRARY.bind(redis, "submit")
-        self._claim = lua.LIBRARY.bind(redis, "claim")
-        self._finish = lua.LIBRARY.bind(redis, "finish")
-        self._release = lua.LIBRARY.bind(redis, "release")
-        self._apply_once = lua.LIBRARY.bind(redis, "apply_once")
+        self._claim = lua.LIBRARY.bind(redis, "claim", batched=True)
+        self._finish = lua.LIBRARY.bind(redis, "finish", batched=True)
+        self._release = lua.LIBRARY.bind(redis, "release", batched=True)
+        self._apply_once = lua.LIBRARY.bind(redis, "apply_once", batched=True)
 
     def _task_keys(self, task_id: str) -> list[str]:
         return [self.keys.task(task_id), self.keys.task_history(task_id)]
@@ -130,6 +169,7 @@ class TaskStore:
         recovered: bool = False,
         sender: str = "",
         sender_agent: str = "",
+        seed_until: int | None = None,
     ) -> Submission:
         """Record a task arriving at ingress, or recognise a duplicate of one (atomic).
 
@@ -148,8 +188,24 @@ class TaskStore:
         joined nor answered). A client's task and trace_id are its own; a worker's
         (`sender_agent`: its agent) must be a handoff of a task dispatched to that agent,
         on that task's trace, and belong to that task's owner.
+
+        With `seed_until` (under access control: the end of the task's maximum lifetime) a
+        new task dispatched to `agent_id` is seeded for that dispatch in the same step
+        (`seed`); nothing is seeded for a duplicate.
         """
         k = self.keys
+        task_id = envelope.task_id
+        seeding = seed_until is not None and bool(agent_id)
+        seeded = (
+            [
+                k.dispatched_to(task_id),
+                k.for_agent(agent_id).task(task_id),
+                k.processing(),
+                *seed_keys(k, envelope, agent_id),
+            ]
+            if seeding
+            else []
+        )
         reply = await self._submit(
             keys=[
                 *self._task_keys(envelope.task_id),
@@ -158,6 +214,7 @@ class TaskStore:
                 k.trace_owner(envelope.trace_id),
                 k.task(envelope.parent_task_id or ""),
                 k.dispatched_to(envelope.parent_task_id or ""),
+                *seeded,
             ],
             args=[
                 self.ttl_ms,
@@ -169,6 +226,8 @@ class TaskStore:
                 "1" if recovered else "0",
                 sender,
                 sender_agent,
+                seed_until if seeding else "",
+                self.context_ttl_ms,
                 *states,
             ],
         )
@@ -181,7 +240,7 @@ class TaskStore:
             return Submission("foreign")
         if status in {"pending", "resume", "refused"}:
             return Submission(status, state=_s(reply[1]))  # type: ignore[arg-type]
-        return Submission("new")
+        return Submission("new", seeded=seeding)
 
     async def advance(
         self, task_id: str, *states: str, by: str, note: str = "", agent_id: str = ""
@@ -282,6 +341,7 @@ class TaskStore:
         """
         k = self.keys
         task_id = result.task_id
+        body = encode(result)
         view: list[str] = []
         if holder is None and self.views:
             agent = _s(await self.redis.hget(k.task(task_id), "agent_id") or b"")
@@ -302,7 +362,7 @@ class TaskStore:
                 holder.instance_id if holder else "",
                 holder.token if holder else 0,
                 "1" if holder is not None and holder.fenced else "0",
-                encode(result),
+                body,
                 by,
                 note[:500],
                 agent_id,
@@ -312,7 +372,7 @@ class TaskStore:
         )
         status = _s(reply[0])
         if status == "ok":
-            return Commit("ok", waiters=tuple(_s(w) for w in reply[1:]))
+            return Commit("ok", waiters=tuple(_s(w) for w in reply[1:]), body=body)
         if status == "done":
             return Commit("done", result=_result(reply[1]))
         detail = _s(reply[1]) if len(reply) > 1 else ""
@@ -367,7 +427,9 @@ class TaskStore:
         """Before a dispatch to `agent_id` under access control (one step): the agent joins
         the task's dispatch set (whose sealed Result may be forwarded; only routers write
         it), the task's record is created in the agent's view (where its worker claims),
-        and the task enters the mesh's ``processing`` set by `lifetime_end_ms` (reaper)."""
+        the task enters the mesh's ``processing`` set by `lifetime_end_ms` (reaper), and
+        the context the task carries, when another agent saved it on the task's trace, is
+        copied into the agent's view (`mesh.dispatch.context.seed_keys`)."""
         k = self.keys
         task_id = envelope.task_id
         await self._seed(
@@ -376,9 +438,36 @@ class TaskStore:
                 k.for_agent(agent_id).task(task_id),
                 k.task(task_id),
                 k.processing(),
+                *seed_keys(k, envelope, agent_id),
             ],
-            args=[self.ttl_ms, agent_id, envelope.trace_id, lifetime_end_ms],
+            args=[self.ttl_ms, agent_id, envelope.trace_id, lifetime_end_ms, self.context_ttl_ms],
         )
+
+    async def relay(self, task_id: str, agent_id: str, *, by: str) -> Relay:
+        """A result notice for `task_id` from a worker of `agent_id`, under access control,
+        in one step: believed only if a router dispatched the task to the agent and the
+        agent sealed a terminal Result of this very task; the mesh's record is then
+        finished from that copy (unless it ended before) and the waiters to answer come
+        back with it, as stored."""
+        k = self.keys
+        reply = await self._relay(
+            keys=[
+                k.dispatched_to(task_id),
+                k.idem(task_id),
+                *self._task_keys(task_id),
+                k.task_waiters(task_id),
+                k.processing(),
+            ],
+            args=[
+                self.ttl_ms,
+                agent_id,
+                task_id,
+                by,
+                f"from agent {agent_id}",
+                self.mesh.sealed(agent_id, task_id),
+            ],
+        )
+        return _relay_of(reply)
 
     async def dispatched_agents(self, task_id: str) -> set[str]:
         """Every agent a router dispatched the task to (`record_dispatch`)."""
@@ -446,41 +535,81 @@ class ReplyMarks:
 
     The mark only spares a redelivered copy a second Result (which clients drop anyway),
     so it need not be written before the delivery is acked; `close()` writes what is left.
+    Every `ReplyMarks` on one Redis client shares one batch (`_MarkBatch`): a process
+    hosting many agents, one runtime each, writes all their marks in one round trip.
     """
 
     def __init__(self, store: TaskStore, interval_s: float = 0.02) -> None:
         self.store = store
-        self.interval_s = interval_s
-        self._pending: list[str] = []
-        self._task: asyncio.Task[None] | None = None
+        self._batch = _MarkBatch.of(store.redis, interval_s)
 
     def mark(self, task_id: str) -> None:
-        self._pending.append(task_id)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._flush_soon())
+        self._batch.add(self.store.keys.idem(task_id))
 
-    async def _flush_soon(self) -> None:
-        await asyncio.sleep(self.interval_s)
-        await self.flush()
+    async def flush(self) -> None:
+        """Write every mark that waits (this store's and the others' on its client)."""
+        await self._batch.flush()
+
+    async def close(self) -> None:
+        await self._batch.close()
+
+
+class _MarkBatch:
+    """The replied marks waiting to be written on one Redis client (the idem keys)."""
+
+    def __init__(self, redis: Any, interval_s: float) -> None:
+        # not the client itself: it is the key of the batch's weak entry in `_BATCHES`
+        self._redis = weakref.ref(redis)
+        self.interval_s = interval_s
+        self._pending: list[str] = []
+        #: the write of what waits, `interval_s` after the first mark
+        self._timer: asyncio.TimerHandle | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def of(cls, redis: Any, interval_s: float) -> _MarkBatch:
+        found = _BATCHES.get(redis)
+        if found is None:
+            found = _BATCHES[redis] = cls(redis, interval_s)
+        return found
+
+    def add(self, key: str) -> None:
+        self._pending.append(key)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        write = asyncio.ensure_future(self.flush())
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, []
-        if not pending:
+        redis = self._redis()
+        if not pending or redis is None:
             return
-        pipe = self.store.redis.pipeline(transaction=False)
-        for task_id in pending:
-            pipe.hset(self.store.keys.idem(task_id), "replied", "1")
+        pipe = redis.pipeline(transaction=False)
+        for key in pending:
+            pipe.hset(key, "replied", "1")
         try:
             await pipe.execute()
         except (*TRANSIENT_ERRORS, *REDIS_FAILURES) as exc:
             logger.info("%d replied marks not written (Redis: %r)", len(pending), exc)
 
     async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        """Write what waits now, and wait for the writes under way (the other runtimes on
+        the client go on marking)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self.flush()
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
 
-__all__ = ["Claim", "Commit", "Holder", "ReplyMarks", "Submission", "TaskStore"]
+#: each Redis client's `_MarkBatch`, while the client lives
+_BATCHES: weakref.WeakKeyDictionary[Any, _MarkBatch] = weakref.WeakKeyDictionary()
+
+
+__all__ = ["Claim", "Commit", "Holder", "Relay", "ReplyMarks", "Submission", "TaskStore"]

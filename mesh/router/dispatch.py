@@ -48,11 +48,13 @@ class Dispatcher:
         received: float,
         *,
         patient: bool = False,
+        seeded: bool = False,
     ) -> None:
-        """Publish `envelope` to `choice` (inside the hooks' dispatch scope)."""
+        """Publish `envelope` to `choice` (inside the hooks' dispatch scope); `seeded`: the
+        task's submission seeded this dispatch already (`Intake.admit`)."""
         hooks, exchange = self.deps.hooks, self.deps.topology.capabilities
         with hooks.dispatch(envelope, choice.agent_id, choice.route, exchange):
-            await self._dispatch(envelope, choice, raw, received, patient=patient)
+            await self._dispatch(envelope, choice, raw, received, patient=patient, seeded=seeded)
 
     async def _dispatch(
         self,
@@ -62,6 +64,7 @@ class Dispatcher:
         received: float,
         *,
         patient: bool,
+        seeded: bool,
     ) -> None:
         deps = self.deps
         hooks = deps.hooks
@@ -72,7 +75,9 @@ class Dispatcher:
             expiration = left if waits else min(deps.settings.accept_timeout_ms, left)
             key = deps.topology.agent_routing_key(choice.agent_id, envelope.priority)
             sent = envelope.model_copy(update={"route": _tagged(choice.route, deps.outcome_tag)})
-            await deps.replies.dispatching(envelope, choice.agent_id)
+            if not seeded:
+                await deps.replies.dispatching(envelope, choice.agent_id)
+            seeded = False  # a reroute goes to another agent
             try:
                 await deps.publisher.publish_envelope(
                     deps.topology.capabilities,

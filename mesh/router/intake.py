@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mesh.access.refusal import Refusal
 from mesh.messaging import waiter_of
@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from mesh.router.plan import Plan
 
 logger = logging.getLogger(__name__)
+
+#: what `Intake.admit` says: stop here (``""``: answered, joined, refused), go on
+#: (``go``), or go on with the first dispatch seeded already (``seeded``)
+Admitted = Literal["", "go", "seeded"]
 
 #: at most one warning this often while users are over their ingress budget
 BUDGET_LOG_S = 60.0
@@ -89,10 +93,12 @@ class Intake:
             update["deadline_ms"] = now + envelope.timeout_ms
         return envelope.model_copy(update=update) if update else envelope
 
-    async def admit(self, plan: Plan, delivery: Delivery) -> bool:
+    async def admit(self, plan: Plan, delivery: Delivery) -> Admitted:
         """Record a new task (with its dispatch when chosen); answer or join a duplicate.
 
-        True when the task must go on (dispatched, or ended when nothing was chosen).
+        Truthy when the task must go on (dispatched, or ended when nothing was chosen):
+        ``seeded`` when its dispatch was seeded with its record (`ReplyPath.seed_until`:
+        the dispatch need not seed it again), else ``go``.
         """
         deps = self.deps
         envelope, choice = plan.envelope, plan.choice
@@ -108,26 +114,27 @@ class Intake:
             agent_id=agent,
             sender=sender,
             sender_agent=sender_agent,
+            seed_until=deps.replies.seed_until(envelope) if choice is not None else None,
         )
         if sub.status == "foreign":
             text = f"task_id {envelope.task_id} or trace_id {envelope.trace_id} is another user's"
             refusal = Refusal("task_id_in_use", text, answer=True)
             await self.endings.refuse(envelope, delivery.body, refusal)
-            return False
+            return ""
         if sub.status == "new":
             await deps.emit(envelope, before_dispatch(states))
-            return True
+            return "seeded" if sub.seeded else "go"
         if sub.status == "resume":
             logger.info(
                 "task_id=%s redelivered in state %s: routing it", envelope.task_id, sub.state
             )
             if not dispatch:
-                return True
+                return "go"
             path = ("dispatched",) if sub.state == "dispatched" else ("routing", "dispatched")
             moved = await deps.store.advance(
                 envelope.task_id, *path, by=deps.router_id, agent_id=agent
             )
-            return moved is not None
+            return "go" if moved is not None else ""
         self.duplicates += 1
         if sub.status == "answered":
             logger.info("redelivered task_id=%s was answered already", envelope.task_id)
@@ -140,7 +147,7 @@ class Intake:
                 envelope.task_id,
                 sub.state,
             )
-        return False
+        return ""
 
 
-__all__ = ["Intake"]
+__all__ = ["Admitted", "Intake"]

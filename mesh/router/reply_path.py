@@ -2,8 +2,10 @@
 
 Without access control a worker answers its callers itself and the router's stored copy
 is the Result (`DirectPath`). Under access control (`SealedPath`) a router seeds each task
-in the view of the agent it dispatches to before the dispatch (`TaskStore.seed`: the
-agent's workers claim and commit there, and may touch nothing of the mesh's records), and
+in the view of the agent it dispatches to before the dispatch (the agent's workers claim
+and commit there, and may touch nothing of the mesh's records): a new task with its
+submission, in the same Redis step (`seed_until`), any later dispatch on its own
+(`dispatching`: `TaskStore.seed`), and
 answers a resubmitted task with the Result that agent's worker sealed under its own keys
 (see `mesh.router.results`).
 """
@@ -18,6 +20,10 @@ from mesh.schemas import Result, TaskEnvelope, now_ms
 
 
 class ReplyPath(Protocol):
+    def seed_until(self, envelope: TaskEnvelope) -> int | None:
+        """The end of `envelope`'s lifetime when its submission seeds its first dispatch
+        (`TaskStore.submit`), else None (nothing to seed)."""
+
     async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
         """Before a dispatch of `envelope` to `agent_id` is published."""
 
@@ -26,6 +32,9 @@ class ReplyPath(Protocol):
 
 
 class DirectPath:
+    def seed_until(self, envelope: TaskEnvelope) -> int | None:
+        return None
+
     async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
         return None
 
@@ -38,9 +47,11 @@ class SealedPath:
         self.store = store
         self.lifetime_ms = int(lifetime_s * 1000)
 
+    def seed_until(self, envelope: TaskEnvelope) -> int:
+        return (envelope.created_ms or now_ms()) + self.lifetime_ms
+
     async def dispatching(self, envelope: TaskEnvelope, agent_id: str) -> None:
-        created = envelope.created_ms or now_ms()
-        await self.store.seed(envelope, agent_id, created + self.lifetime_ms)
+        await self.store.seed(envelope, agent_id, self.seed_until(envelope))
 
     async def answer_of(self, stored: Result) -> Result:
         """The Result an agent's worker sealed for the task, else `stored` (a task the mesh

@@ -4,15 +4,23 @@ A worker commits its Result under the fencing check (as always) in its agent's v
 task records (`Keys.for_agent`: the mesh's own records are no worker's to touch), keeps a
 copy under its own agent's key (`Keys.sealed`, which no other agent's Redis user may write),
 and then publishes a notice to ``<ns>.results`` instead of writing into its callers' reply
-queues. The router that takes the notice believes nothing in it but the task_id: the
-broker-validated sender must be the worker user of an agent a router dispatched the task to
-(`Keys.dispatched_to`, which only routers write), and what it forwards to every waiter is
-that agent's sealed copy, once the router has finished the mesh's record from it (the first
-end wins: a task the reaper or a deadline ended keeps that answer). Neither check reads a
-key a worker may write, so another agent's worker cannot have a Result forwarded for a task
-that is not its own, through the broker or through Redis. A forged notice (another user, a
-task that is not finished) is dropped and counted; callers accept Results only from a
-router's user (`MeshClient.forged_results`).
+queues. The router that takes the notice believes nothing in it but the task_id, and
+takes it in one Redis step (`TaskStore.relay`): the broker-validated sender must be the
+worker user of an agent a router dispatched the task to (`Keys.dispatched_to`, which only
+routers write), and what it forwards to every waiter is that agent's sealed copy, which
+must be a terminal Result of this very task, once the mesh's record is finished from it
+(the first end wins: a task the reaper or a deadline ended keeps that answer). Neither
+check reads a key a worker may write but the sealed copy of its own agent, so another
+agent's worker cannot have a Result forwarded, or a record finished, for a task that is
+not its own, through the broker or through Redis. A forged notice (another user, a task
+that is not finished, a copy of another task) is dropped and counted; callers accept
+Results only from a router's user (`MeshClient.forged_results`).
+
+The copy is forwarded as stored, not decoded and encoded again (callers decode it). The
+notices taken while a relay is out go together in the next one (`mesh.functions.CallBatch`:
+one pipelined round trip; an idle router sends each at once), their acks go in batches
+(`AckBatched`) and the ``replied`` marks in pipelined batches (`ReplyMarks`): a Result
+costs the router at most one Redis round trip.
 """
 
 from __future__ import annotations
@@ -23,13 +31,13 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from mesh.access.roles import AccessScope
 from mesh.connection import MeshConnection
-from mesh.dispatch.store import TaskStore
+from mesh.dispatch.store import ReplyMarks, TaskStore
 from mesh.hooks import NO_HOOKS, Hooks
 from mesh.lifecycle import Lifecycle
 from mesh.messaging import Publisher
 from mesh.retrying import with_retries
 from mesh.schemas import InvalidEnvelope, Result, decode
-from mesh.wire import AckAfter, Subscriber
+from mesh.wire import AckBatched, Subscriber
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +56,14 @@ class ResultForwarder(Lifecycle):
             conn,
             conn.topology.results,
             self.forward,
-            AckAfter("result notices"),
+            AckBatched("result notices"),
             prefetch=conn.settings.prefetch,
             optional=True,
         )
         self.publisher = publisher
         self.store = store
+        #: the ``replied`` marks of the tasks answered, written in batches
+        self.replied = ReplyMarks(store)
         self.scope = AccessScope.from_settings(conn.settings)
         self.forwarded = 0
         #: who finishes the mesh's records (the router's id, in their history)
@@ -73,80 +83,73 @@ class ResultForwarder(Lifecycle):
 
     async def close(self) -> None:
         await self.subscriber.close()
+        await self.replied.close()
 
     async def forward(self, message: AbstractIncomingMessage) -> None:
-        try:
-            task_id = decode(Result, message.body).task_id
-        except InvalidEnvelope:
-            self.refused += 1
-            logger.warning("unreadable result notice from %r dropped", message.user_id)
+        task_id = _task_id_of(message)
+        if task_id is None:
+            self._refuse("unreadable result notice from %r dropped", message.user_id)
             return
-        agents = await self.store.dispatched_agents(task_id)
-        agent_id = next((a for a in agents if self.scope.is_worker_of(message.user_id, a)), None)
-        if agent_id is None:
-            self.refused += 1
-            logger.warning(
+        role = self.scope.role_of(message.user_id or "")
+        if role is None or role.kind != "worker":
+            self._refuse(
+                "result notice for task_id=%s from user %r refused: not a worker's",
+                task_id,
+                message.user_id,
+            )
+            return
+        relay = await self.store.relay(task_id, role.name, by=self.by)
+        if relay.status in ("ok", "again"):
+            with self.hooks.relay(message.headers or {}):
+                for waiter in relay.waiters:
+                    await self._reply(waiter, relay.body, task_id)
+            self.replied.mark(task_id)
+            self.forwarded += 1
+        elif relay.status == "foreign":
+            self._refuse(
                 "result notice for task_id=%s from user %r refused: the task went to %s",
                 task_id,
                 message.user_id,
-                ", ".join(sorted(agents)) or "no agent",
+                relay.detail or "no agent",
             )
-            return
-        stored = await self.store.sealed_result(agent_id, task_id)
-        if stored is None:
-            self.refused += 1
+        elif relay.status in ("unsealed", "invalid"):
+            self._refuse(
+                "result notice for task_id=%s refused: agent %r sealed %s",
+                task_id,
+                role.name,
+                "no Result" if relay.status == "unsealed" else "no terminal Result of the task",
+            )
+        elif relay.status == "done":
+            logger.info("task_id=%s finished before (%s); notice dropped", task_id, relay.detail)
+        else:
             logger.warning(
-                "result notice for task_id=%s refused: agent %r sealed no Result", task_id, agent_id
+                "result notice for task_id=%s not applied: the mesh's record is refused %s",
+                task_id,
+                relay.detail,
             )
-            return
-        waiters = await self._finish(stored, agent_id)
-        if waiters is None:
-            return
-        with self.hooks.relay(message.headers or {}):
-            for waiter in waiters:
-                await self._reply(waiter, stored)
-        await self.store.mark_replied(task_id)
-        self.forwarded += 1
 
-    async def _finish(self, sealed: Result, agent_id: str) -> tuple[str, ...] | None:
-        """Finish the mesh's record of the task from the agent's sealed Result (the worker
-        moved only its view); the waiters to answer, or None when there is nothing to send.
+    def _refuse(self, text: str, *args: object) -> None:
+        self.refused += 1
+        logger.warning(text, *args)
 
-        A record finished before is answered again only when it holds this very Result and
-        its callers were not told yet (a notice redelivered after a crash); one the mesh
-        ended itself first (the reaper, a deadline) keeps its answer."""
-        task_id = sealed.task_id
-        commit = await self.store.finish(
-            sealed,
-            "accepted",
-            "processing",
-            sealed.status,
-            by=self.by,
-            note=f"from agent {agent_id}",
-            agent_id=agent_id,
-            quiet=True,
-        )
-        if commit.status == "ok":
-            return commit.waiters
-        if commit.status == "done" and commit.result is not None:
-            same = commit.result.instance_id == sealed.instance_id
-            replied = (await self.store.holder_of(task_id)).get("replied") == "1"
-            if same and not replied:
-                return tuple(await self.store.waiters(task_id))
-            logger.info(
-                "task_id=%s finished before (%s); notice dropped", task_id, commit.result.status
-            )
-            return None
-        logger.warning(
-            "result notice for task_id=%s not applied: the mesh's record is %s %s",
-            task_id,
-            commit.status,
-            commit.detail,
-        )
+    async def _reply(self, waiter: str, body: bytes, task_id: str) -> None:
+        await with_retries(lambda: self.publisher.reply_encoded(waiter, body, task_id))
+
+
+#: what the message_id of a Result message starts with (`mesh.messaging.result_message`)
+_RESULT_ID = "result:"
+
+
+def _task_id_of(message: AbstractIncomingMessage) -> str | None:
+    """The task_id a notice names: its message_id's (``result:<task_id>``), else its body's
+    (a Result); None when neither reads. Nothing else of a notice is believed."""
+    message_id = message.message_id or ""
+    if message_id.startswith(_RESULT_ID) and 0 < len(message_id) - len(_RESULT_ID) <= 128:
+        return message_id[len(_RESULT_ID) :]
+    try:
+        return decode(Result, message.body).task_id
+    except InvalidEnvelope:
         return None
-
-    async def _reply(self, waiter: str, result: Result) -> None:
-        await with_retries(lambda: self.publisher.reply(waiter, result))
 
 
 __all__ = ["ResultForwarder"]

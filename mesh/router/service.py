@@ -44,7 +44,7 @@ from mesh.router.dispatch import Dispatcher
 from mesh.router.endings import Endings
 from mesh.router.feedback_consumer import FeedbackConsumer
 from mesh.router.guard import guard_for
-from mesh.router.intake import Intake
+from mesh.router.intake import Admitted, Intake
 from mesh.router.legacy import report_legacy_router_queue
 from mesh.router.plan import NoSelector, RouteChoice, Selector
 from mesh.router.reply_path import reply_path_for
@@ -252,18 +252,25 @@ class RouterService(Lifecycle):
             await self._compound.run(checked, split, delivery)
             return
         plan = await self._chooser.plan(checked, returned)
+        admitted: Admitted
         if returned is not None:
-            going_on = await self._returns.record(plan, returned, redelivered=delivery.redelivered)
+            recorded = await self._returns.record(plan, returned, redelivered=delivery.redelivered)
+            admitted = "go" if recorded else ""
         else:
-            going_on = await self._intake.admit(plan, delivery)
-        if not going_on:
+            admitted = await self._intake.admit(plan, delivery)
+        if not admitted:
             return
         if plan.ending is not None:
             await self._endings.end(plan.envelope, delivery.body, plan.ending)
             return
         assert plan.choice is not None
         await self._dispatcher.dispatch(
-            plan.envelope, plan.choice, delivery.body, delivery.received, patient=plan.patient
+            plan.envelope,
+            plan.choice,
+            delivery.body,
+            delivery.received,
+            patient=plan.patient,
+            seeded=admitted == "seeded",
         )
 
 

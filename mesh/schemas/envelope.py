@@ -29,7 +29,8 @@ class TaskEnvelope(WireModel):
         min_length=1, max_length=4_000, description="natural-language need, used for routing"
     )
     payload: dict[str, Any] = Field(default_factory=dict)
-    context_ref: Annotated[str, Field(max_length=256)] | None = Field(
+    # ``ctx:<trace_id>:<version>``, under access control ``/<agent_id>`` after it: two ids
+    context_ref: Annotated[str, Field(max_length=320)] | None = Field(
         default=None, description="reference into the context store, never the context itself"
     )
     priority: int = Field(default=5, ge=1, le=10)

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from mesh.config import Settings
 from mesh.dispatch.store import ReplyMarks
-from mesh.messaging import Publisher, result_message, waiter_of
+from mesh.messaging import Publisher, encoded_result_message, waiter_of
 from mesh.retrying import with_retries
 from mesh.schemas import Result, TaskEnvelope
 from mesh.topology import Topology
@@ -25,8 +25,15 @@ class Answers(Protocol):
     #: the commit seals the Result under the agent's own keys (a router forwards it)
     seal: bool
 
-    async def answer(self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]) -> None:
-        """Send `result` to the task's callers (or have a router send it)."""
+    async def answer(
+        self,
+        envelope: TaskEnvelope,
+        result: Result,
+        waiters: Iterable[str],
+        body: bytes,
+    ) -> None:
+        """Send `result` to the task's callers (or have a router send it); `body` is
+        `result` encoded (the bytes the commit stored)."""
 
 
 class DirectAnswers:
@@ -37,18 +44,24 @@ class DirectAnswers:
         self.publisher = publisher
         self.replied = replied
 
-    async def answer(self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]) -> None:
+    async def answer(
+        self,
+        envelope: TaskEnvelope,
+        result: Result,
+        waiters: Iterable[str],
+        body: bytes,
+    ) -> None:
         """Every recorded reply_to of the task, and the envelope's own."""
         targets = set(waiters)
         own = waiter_of(envelope)
         if own:
             targets.add(own)
         for reply_to in sorted(targets):
-            await self._reply(reply_to, result)
+            await self._reply(reply_to, result.task_id, body)
         self.replied.mark(envelope.task_id)
 
-    async def _reply(self, reply_to: str, result: Result) -> None:
-        await with_retries(lambda: self.publisher.reply(reply_to, result))
+    async def _reply(self, reply_to: str, task_id: str, body: bytes) -> None:
+        await with_retries(lambda: self.publisher.reply_encoded(reply_to, body, task_id))
 
 
 class NoticeAnswers:
@@ -59,9 +72,15 @@ class NoticeAnswers:
         self.publisher = publisher
         self.topology = topology
 
-    async def answer(self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]) -> None:
+    async def answer(
+        self,
+        envelope: TaskEnvelope,
+        result: Result,
+        waiters: Iterable[str],
+        body: bytes,
+    ) -> None:
         exchange = await self.publisher.exchange(self.topology.results)
-        notice = result_message(result)
+        notice = encoded_result_message(body, result.task_id)
         await with_retries(
             lambda: self.publisher.send(
                 exchange, notice, self.topology.results_key, mandatory=False

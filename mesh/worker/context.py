@@ -90,7 +90,10 @@ class TaskContext:
         return applied == 1
 
     async def context(self) -> dict[str, Any]:
-        """The trace's shared context at `context_ref` ({} when the task carries none)."""
+        """The trace's shared context at `context_ref` ({} when the task carries none).
+
+        Under access control it is read in this agent's view: a version this agent saved,
+        or the copy a router seeded there with the task (`mesh.dispatch.context`)."""
         if self.context_ref is None:
             return {}
         trace_id, _version = parse_ref(self.context_ref)

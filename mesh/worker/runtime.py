@@ -111,7 +111,7 @@ class WorkerRuntime(Lifecycle):
         records = conn.keys.for_agent(agent.agent_id) if conn.settings.access_control else conn.keys
         self.store = TaskStore(conn.redis, records, conn.settings, instances=conn.keys)
         self.replied = ReplyMarks(self.store)
-        self.contexts = ContextStore(conn.redis, conn.keys, conn.settings.context_ttl_s)
+        self.contexts = ContextStore.of_worker(conn.redis, conn.keys, conn.settings, agent.agent_id)
         self.task_deps = TaskDeps(
             agent_id=agent.agent_id,
             instance_id=self.instance_id,

@@ -72,7 +72,7 @@ class Settler:
             logger.info("task_id=%s already done; not run again", envelope.task_id)
             if not claim.replied and claim.result is not None:
                 # the first run committed but died before replying
-                await self.reply_all(envelope, claim.result, ())
+                await self.reply_all(envelope, claim.result, (), encode(claim.result))
             await quietly(message.ack())
         elif claim.status == "stale":
             logger.warning("task_id=%s: our lease is gone; handing the task back", envelope.task_id)
@@ -241,7 +241,7 @@ class Settler:
                 reason, body, details=details, task_id=envelope.task_id
             ):
                 self.hooks.dead_lettered(reason)
-        await self.deliver(envelope, result, commit.waiters)
+        await self.deliver(envelope, result, commit.waiters, commit.body)
         await quietly(message.ack())
         return result
 
@@ -315,17 +315,26 @@ class Settler:
 
     # --- answers ------------------------------------------------------------------------------
     async def reply_all(
-        self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str]
+        self,
+        envelope: TaskEnvelope,
+        result: Result,
+        waiters: Iterable[str],
+        body: bytes,
     ) -> None:
-        """Send `result` to every recorded reply_to of the task (and the envelope's own),
-        or, under access control, have a router forward it (`mesh.worker.answers`)."""
-        await self.answers.answer(envelope, result, waiters)
+        """Send `result` (`body`: it encoded) to every recorded reply_to of the task
+        (and the envelope's own), or, under access control, have a router forward it
+        (`mesh.worker.answers`)."""
+        await self.answers.answer(envelope, result, waiters, body)
 
     async def deliver(
-        self, envelope: TaskEnvelope, result: Result, waiters: Iterable[str] = ()
+        self,
+        envelope: TaskEnvelope,
+        result: Result,
+        waiters: Iterable[str],
+        body: bytes,
     ) -> None:
         """Send the terminal Result of a task to its callers and record the event."""
-        await self.reply_all(envelope, result, waiters)
+        await self.reply_all(envelope, result, waiters, body)
         if result.status == "completed":
             self.completed += 1
         route = envelope.route

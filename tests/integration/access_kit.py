@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aio_pika
 
 from mesh.access.provision import Credentials, Provisioner, ProvisionReport
 from mesh.access.roles import AccessScope, Plan, Role, build_plan, roles_for
 from mesh.config import Settings
+from mesh.connection import MeshConnection
 from mesh.management import Management
+from mesh.router.service import RouterService
 from mesh.topology import Topology
 
 AGENT_A = "team.alpha"
@@ -68,3 +71,13 @@ def role_settings(mesh_access: Provisioned, amqp_url: str, redis_url: str) -> Se
         heartbeat_s=0.5,
         lease_ttl_s=3.0,
     )
+
+
+async def start_router_as(
+    as_user: Callable[[Role], Awaitable[MeshConnection]], add_cleanup: Any
+) -> RouterService:
+    """A router under the router role's login, closed at the test's cleanup."""
+    router = RouterService(await as_user(Role("router")))
+    await router.start()
+    add_cleanup(router.close)
+    return router

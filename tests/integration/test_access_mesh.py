@@ -21,11 +21,10 @@ from mesh.messaging import Publisher, result_message
 from mesh.registry.events import down_event
 from mesh.registry.snapshot import AgentSnapshot
 from mesh.router.bids import BidCollector
-from mesh.router.service import RouterService
 from mesh.schemas import Bid, Event, Result, TaskEnvelope, encode, now_ms
 from mesh.services import start_registry, start_worker
 from tests.conftest import wait_until
-from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned
+from tests.integration.access_kit import AGENT_A, AGENT_B, CLIENT, Provisioned, start_router_as
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,9 +47,7 @@ async def test_the_mesh_runs_under_its_own_users_and_believes_no_forgery(
     mesh_access: Provisioned, as_user: Any, add_cleanup: Any
 ) -> None:
     add_cleanup(await start_registry(await as_user(Role("registry"))))
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    router = await start_router_as(as_user, add_cleanup)
     applied: list[str] = []
     worker_conn = await as_user(Role("worker", AGENT_A))
     add_cleanup(await start_worker(worker_conn, _payer(applied), grace_s=2))
@@ -125,9 +122,7 @@ async def test_another_agents_worker_cannot_answer_end_or_read_its_tasks_through
     notice or through Redis), nor end or hold it up, nor read its Result; A's callers get
     A's Results, every one."""
     add_cleanup(await start_registry(await as_user(Role("registry"))))
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    router = await start_router_as(as_user, add_cleanup)
     gate = asyncio.Event()
     started: list[str] = []
     agent = Agent(AGENT_A, "Pays when told to go on", max_concurrency=4)
@@ -208,6 +203,60 @@ async def test_another_agents_worker_cannot_answer_end_or_read_its_tasks_through
     assert states == ["submitted", "routing", "dispatched", "accepted", "processing", "completed"]
 
 
+async def test_a_worker_cannot_answer_another_agents_task_with_a_copy_sealed_for_its_own(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any
+) -> None:
+    """What an agent seals under its own keys is believed for its own task only: A's worker
+    seals, for a task of A's that finished, a Result naming a task of B's that is still
+    running, and sends a notice for its own task. The router refuses it: B's record is not
+    finished from it and B's caller gets B's Result."""
+    add_cleanup(await start_registry(await as_user(Role("registry"))))
+    router = await start_router_as(as_user, add_cleanup)
+    forwarder = router.results
+    assert forwarder is not None
+    gate = asyncio.Event()
+    started: list[str] = []
+    payer = Agent(AGENT_A, "Pays", max_concurrency=4)
+    holder = Agent(AGENT_B, "Waits, then pays", max_concurrency=4)
+
+    @payer.handler
+    async def pay(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        return {"paid": task.payload.get("n")}
+
+    @holder.handler
+    async def hold(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        started.append(task.task_id)
+        await gate.wait()
+        return {"paid": task.payload.get("n")}
+
+    add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), payer, grace_s=2))
+    add_cleanup(await start_worker(await as_user(Role("worker", AGENT_B)), holder, grace_s=2))
+    attacker = await as_user(Role("worker", AGENT_A))
+    channel = await attacker.channel()
+    results = await channel.get_exchange(attacker.topology.results, ensure=False)
+    async with MeshClient(await as_user(Role("client", CLIENT))) as alice:
+        own = await alice.request("pay", {"n": 1}, target=AGENT_A, wait_s=20)
+        assert own.output == {"paid": 1}
+        victim = TaskEnvelope(capability="pay", target=AGENT_B, payload={"n": 2})
+        waiting = asyncio.ensure_future(alice.send(victim, wait_s=20))
+        await wait_until(lambda: victim.task_id in started, timeout=10)
+        forged = Result(task_id=victim.task_id, status="completed", output={"paid": 10**6})
+        # A's own key: its Redis user may write it
+        await attacker.redis.set(attacker.keys.sealed(AGENT_A, own.task_id), encode(forged))
+        refused = forwarder.refused
+        notice = result_message(own)
+        notice.user_id = mesh_access.user(Role("worker", AGENT_A))
+        await results.publish(notice, routing_key=attacker.topology.results_key)
+        await wait_until(lambda: forwarder.refused == refused + 1, timeout=5)
+        store = TaskStore(router.conn.redis, router.conn.keys, router.conn.settings)
+        assert await store.stored_result(victim.task_id) is None
+        gate.set()
+        answer = await waiting
+        assert answer.status == "completed" and answer.output == {"paid": 2}
+    assert alice.results_received == 2 and alice.forged_results == 0
+    assert alice.conflicting_results == 0 and alice.duplicate_results == 0
+
+
 async def test_a_worker_may_submit_only_handoffs_of_its_own_tasks_never_another_task_id(
     mesh_access: Provisioned, as_user: Any, add_cleanup: Any
 ) -> None:
@@ -216,9 +265,7 @@ async def test_a_worker_may_submit_only_handoffs_of_its_own_tasks_never_another_
     caller), nor join it; a worker's task must be a handoff of a task dispatched to its own
     agent, on that task's trace. A's caller gets A's Result."""
     add_cleanup(await start_registry(await as_user(Role("registry"))))
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    await start_router_as(as_user, add_cleanup)
     gate = asyncio.Event()
     started: list[str] = []
     agent = Agent(AGENT_A, "Pays when told to go on", max_concurrency=4)

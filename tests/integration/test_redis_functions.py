@@ -4,6 +4,7 @@ lists allow the mesh's functions and refuse code of their own."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -17,9 +18,10 @@ from mesh.access.roles import RoleKind, redis_acl
 from mesh.connection import MeshConnection
 from mesh.dispatch import lua
 from mesh.errors import RedisFunctionsMissing
-from mesh.functions import Library
+from mesh.functions import CallBatch, Library
 from mesh.keys import Keys
 from mesh.router import memory
+from tests.conftest import pipelines_counted
 
 pytestmark = pytest.mark.integration
 
@@ -98,6 +100,63 @@ async def test_pipelined_calls_load_a_missing_library_and_run_once(
     assert await incr.pipelined(fill) == [4, 5, 6]
 
 
+async def test_batched_calls_of_one_loop_turn_go_in_one_pipeline_each_with_its_answer(
+    conn: MeshConnection, scratch: Callable[[], Library]
+) -> None:
+    library = scratch()
+    echo, incr = (library.bind(conn.redis, s, batched=True) for s in ("echo", "incr"))
+    counter, text = conn.keys.side_effect(uuid.uuid4().hex), conn.keys.side_effect(uuid.uuid4().hex)
+    await conn.redis.set(text, "not a number")
+    # a missing library: every call of the batch is told, each loads it and calls again
+    assert await asyncio.gather(echo(args=["a"]), incr(keys=[counter])) == [b"a", 1]
+    with pipelines_counted(conn.redis) as pipelines:
+        answers = await asyncio.gather(
+            incr(keys=[counter]),
+            echo(args=["b"]),
+            incr(keys=[text]),
+            incr(keys=[counter]),
+            return_exceptions=True,
+        )
+        assert await echo(args=["alone"]) == b"alone"  # a lone call: a plain FCALL
+    assert pipelines.n == 1
+    assert answers[:2] == [2, b"b"] and answers[3] == 3
+    assert isinstance(answers[2], redis_asyncio.ResponseError)
+
+
+async def test_calls_made_while_a_batch_is_out_go_together_in_the_next(
+    conn: MeshConnection, scratch: Callable[[], Library]
+) -> None:
+    library = scratch()
+    await library.load(conn.redis)
+    incr = library.bind(conn.redis, "incr", batched=True)
+    counter = conn.keys.side_effect(uuid.uuid4().hex)
+    batch = CallBatch.of(conn.redis)
+    before = (batch.batches, batch.calls)
+    gate, held = asyncio.Event(), asyncio.Event()
+    fcall = conn.redis.fcall
+
+    async def held_fcall(*args: Any) -> Any:  # the first (lone) call stays out until let go
+        held.set()
+        await gate.wait()
+        return await fcall(*args)
+
+    conn.redis.fcall = held_fcall
+    try:
+        first = asyncio.ensure_future(incr(keys=[counter]))
+        await held.wait()
+        later = []
+        for _ in range(3):  # each in a turn of its own
+            later.append(asyncio.ensure_future(incr(keys=[counter])))
+            await asyncio.sleep(0)
+        assert (batch.batches, batch.calls) == (before[0] + 1, before[1] + 1)
+        gate.set()
+        assert await first == 1
+        assert sorted(await asyncio.gather(*later)) == [2, 3, 4]
+    finally:
+        del conn.redis.fcall
+    assert (batch.batches, batch.calls) == (before[0] + 2, before[1] + 4)
+
+
 async def test_a_login_that_may_not_load_is_told_to_provision(
     conn: MeshConnection, scratch: Callable[[], Library], acl_user: Callable[..., Any]
 ) -> None:
@@ -113,7 +172,8 @@ async def test_a_login_that_may_not_load_is_told_to_provision(
 
 def _dispatch_steps(k: Keys) -> list[Step]:
     """Submit, duplicate, claim, side effect (twice), commit, late claim, a refused move,
-    a seed, a stale release: each answer of the dispatch's scripts, one after the other."""
+    a seed, a stale release, a submission seeded, a foreign and an unsealed relay: each
+    answer of the dispatch's scripts, one after the other."""
     ttl, me, far = 60_000, "a-1", 9_999_999_999_999
     prefix = k.instance_prefix()
 
@@ -150,8 +210,34 @@ def _dispatch_steps(k: Keys) -> list[Step]:
         ]
 
     route = ["submitted", "routing", "dispatched"]
-    new = [ttl, "router", "reply.q", "0", "tr1", "a", "0", "", "", *route]
-    again = [ttl, "router", "reply.q2", "1", "tr1", "a", "0", "", "", *route]
+    new = [ttl, "router", "reply.q", "0", "tr1", "a", "0", "", "", "", ttl, *route]
+    again = [ttl, "router", "reply.q2", "1", "tr1", "a", "0", "", "", "", ttl, *route]
+    seeded = [ttl, "router", "reply.q", "0", "tr4", "a", "0", "", "", far, ttl, *route]
+
+    def submit_seeded(kk: Keys) -> list[str]:
+        return [
+            kk.task("t4"),
+            kk.task_history("t4"),
+            kk.task_waiters("t4"),
+            kk.idem("t4"),
+            kk.trace_owner("tr4"),
+            kk.task(""),
+            kk.dispatched_to(""),
+            kk.dispatched_to("t4"),
+            kk.for_agent("a").task("t4"),
+            kk.processing(),
+        ]
+
+    def relay(kk: Keys) -> list[str]:
+        return [
+            kk.dispatched_to("t4"),
+            kk.idem("t4"),
+            kk.task("t4"),
+            kk.task_history("t4"),
+            kk.task_waiters("t4"),
+            kk.processing(),
+        ]
+
     claim_args = [ttl, prefix, me, 7, "0", "0", far, "a", "1", "1", "tr1"]
     effect_args = [ttl, prefix, me, 7, "0", 5]
     result = '{"task_id":"t1"}'
@@ -181,6 +267,9 @@ def _dispatch_steps(k: Keys) -> list[Step]:
             lambda kk: [kk.idem("t1"), kk.task("t1"), kk.task_history("t1"), kk.processing()],
             [ttl, "someone-else", 1, "x", "", "queued"],
         ),
+        ("submit", submit_seeded, seeded),
+        ("relay", relay, [ttl, "b", "t4", "router", "from agent b", k.sealed("b", "t4")]),
+        ("relay", relay, [ttl, "a", "t4", "router", "from agent a", k.sealed("a", "t4")]),
     ]
 
 
@@ -196,7 +285,7 @@ async def test_every_dispatch_function_answers_as_its_eval_body_did(conn: MeshCo
         answer_e = await conn.redis.eval(bodies[name], len(keys_e), *keys_e, *args)
         answer_f = await lua.LIBRARY.bind(conn.redis, name)(keys=keys_f, args=args)
         assert answer_f == answer_e, (name, args)
-    for task_id in ("t1", "t2", "t3"):
+    for task_id in ("t1", "t2", "t3", "t4"):
         for family in (by_eval.task, by_eval.idem):
             other = by_fcall.task if family == by_eval.task else by_fcall.idem
             mine = _without_times(await conn.redis.hgetall(family(task_id)))

@@ -277,6 +277,24 @@ def test_the_worker_runs_lua_on_its_agents_view_only_and_nothing_dangerous() -> 
     assert "~acme.prod:agent/*" in router.keys and "~acme.prod:task:*" in router.keys
 
 
+def test_a_worker_reads_and_saves_contexts_only_in_its_agents_view() -> None:
+    acl = redis_acl("worker", NS, "pay.ments")
+    globs = [key.split("~", 1)[1] for key in acl.keys if not key.startswith("%R")]
+    k = Keys(NS)
+    own = k.for_agent("pay.ments")
+    mine = [own.context("tr", 1, "pay.ments"), own.context("tr", 2, "x"), own.context_version("tr")]
+    others = [
+        k.context("tr", 1),  # the mesh's keys (a worker wrote there before)
+        k.context_version("tr"),
+        k.for_agent("x").context("tr", 1, "x"),  # another agent's view
+        k.for_agent("pay.ments:y").context("tr", 1, "pay.ments"),
+    ]
+    for key in mine:
+        assert any(fnmatch.fnmatchcase(key, g) for g in globs), key
+    for key in others:
+        assert not any(fnmatch.fnmatchcase(key, g) for g in globs), key
+
+
 def test_a_worker_seals_results_only_under_its_own_agent_and_routers_only_read_them() -> None:
     acl = redis_acl("worker", NS, "pay.ments")
     assert "~acme.prod:sealed:pay.ments/*" in acl.keys

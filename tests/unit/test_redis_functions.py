@@ -43,6 +43,7 @@ def test_provisioning_loads_every_library_the_mesh_defines() -> None:
         "claim",
         "finish",
         "seed",
+        "relay",
         "release",
         "apply_once",
     }
