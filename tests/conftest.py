@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -17,6 +18,10 @@ from mesh.management import Management
 from tests import SCAN_COUNT, access_mode
 
 Cleanup = Callable[[Callable[[], Any]], None]
+
+#: how long a test waits for a router to see a started agent as routable (a deadline, not a
+#: pause: on loaded CI cores a router's sync of an agent, its texts embedded, took over 15 s)
+ROUTABLE_S = 60.0
 
 
 async def wait_until(
@@ -34,6 +39,26 @@ async def wait_until(
         if loop.time() >= end:
             raise AssertionError(f"condition not met within {timeout}s: {predicate}")
         await asyncio.sleep(interval)
+
+
+class Count:
+    n = 0
+
+
+@contextlib.contextmanager
+def pipelines_counted(redis: Any) -> Iterator[Count]:
+    """Counts the pipelines the Redis client `redis` opens inside the block."""
+    count, pipeline = Count(), redis.pipeline
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count.n += 1
+        return pipeline(*args, **kwargs)
+
+    redis.pipeline = counted
+    try:
+        yield count
+    finally:
+        del redis.pipeline
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,6 +21,7 @@ from mesh.wire import events_of
 from mesh.worker.agent import Agent
 from tests import access_mode
 from tests.access_mode import tap_queue_name
+from tests.conftest import ROUTABLE_S
 
 
 @dataclass
@@ -75,7 +76,7 @@ class SemanticMesh:
         conn = await self._as(Role("worker", agent.agent_id), self.stops)
         self.stops.append(await start_worker(conn, agent, grace_s=2))
         assert self.selector is not None
-        await self.selector.wait_routable([agent.agent_id], timeout=15)
+        await self.selector.wait_routable([agent.agent_id], timeout=ROUTABLE_S)
 
     async def close(self) -> None:
         await self.stop_router()

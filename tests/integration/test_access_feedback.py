@@ -22,12 +22,17 @@ from mesh.connection import MeshConnection, connect
 from mesh.errors import ConfigError
 from mesh.router.feedback import ROUTE_RECORD_TTL_S
 from mesh.router.memory import ExampleMemory
-from mesh.router.service import RouterService
 from mesh.schemas import Event, TaskEnvelope
 from mesh.services import start_registry, start_worker
 from mesh.wire import events_of
 from tests.conftest import wait_until
-from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned, role_settings
+from tests.integration.access_kit import (
+    AGENT_A,
+    CLIENT,
+    Provisioned,
+    role_settings,
+    start_router_as,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -95,9 +100,7 @@ async def test_only_the_tasks_owner_gives_feedback_through_the_router(
     add_cleanup(admin.close)
     events = await _follow_feedback_events(admin, add_cleanup)
     add_cleanup(await start_registry(await as_user(Role("registry"))))
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    router = await start_router_as(as_user, add_cleanup)
     consumer = router.feedback
     assert consumer is not None
     add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), _payer(), grace_s=2))
@@ -157,9 +160,7 @@ async def test_mesh_feedback_cli_publishes_to_the_routers_under_access_control(
     admin = await connect(mesh_access.settings, name="test-access-feedback-admin")
     add_cleanup(admin.close)
     add_cleanup(await start_registry(await as_user(Role("registry"))))
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    router = await start_router_as(as_user, add_cleanup)
     consumer = router.feedback
     assert consumer is not None
     add_cleanup(await start_worker(await as_user(Role("worker", AGENT_A)), _payer(), grace_s=2))

@@ -25,7 +25,7 @@ from mesh.router.service import RouterService
 from mesh.schemas import Result, TaskEnvelope
 from mesh.services import start_registry, start_worker
 from tests.conftest import wait_until
-from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned
+from tests.integration.access_kit import AGENT_A, CLIENT, Provisioned, start_router_as
 
 pytestmark = pytest.mark.integration
 
@@ -100,9 +100,7 @@ async def test_an_ingress_message_above_its_envelopes_priority_is_refused(
     """The AMQP priority orders the router queue: a caller may not jump it past what its
     task says. Such a message is refused (answered on its own reply queue), and the same
     task at its own priority runs."""
-    router = RouterService(await as_user(Role("router")))
-    await router.start()
-    add_cleanup(router.close)
+    await start_router_as(as_user, add_cleanup)
     agent = Agent(AGENT_A, "Answers at once")
 
     @agent.handler

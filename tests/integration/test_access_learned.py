@@ -15,7 +15,7 @@ from mesh.router.embedding import HashEmbedder
 from mesh.router.outcomes import Learned
 from mesh.schemas import Event, TaskEnvelope
 from mesh.services import build_selector, start_registry, start_worker
-from tests.conftest import wait_until
+from tests.conftest import ROUTABLE_S, wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,8 +46,8 @@ async def test_a_router_applies_learned_items_only_for_the_agent_their_task_went
     add_cleanup(stop_publishing)
     receiving, stop_receiving = await build_selector(await as_user(Role("router")), embedder)
     add_cleanup(stop_receiving)
-    await receiving.wait_routable([AGENT_A, AGENT_B], timeout=15)
-    await publishing.wait_routable([AGENT_A, AGENT_B], timeout=15)
+    await receiving.wait_routable([AGENT_A, AGENT_B], timeout=ROUTABLE_S)
+    await publishing.wait_routable([AGENT_A, AGENT_B], timeout=ROUTABLE_S)
     keeper = receiving.keeper
     assert keeper.trust.enabled
 

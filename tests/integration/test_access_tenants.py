@@ -146,6 +146,7 @@ async def test_the_findings_refused_for_real_with_each_roles_own_login(
         attempts = [
             observer.hgetall(k1.idem(task)),
             worker.get(k1.context(task, 1)),
+            worker.get(k1.for_agent(AGENT).context(task, 1, AGENT)),
             worker.hgetall(k1.idem(task)),
             worker.set(k1.sealed(AGENT, task), "forged"),
             # a mesh function on the other tenant's keys (its agent's view of the task)
@@ -160,7 +161,8 @@ async def test_the_findings_refused_for_real_with_each_roles_own_login(
                 await attempt
         # the same logins on their own tenant's keys
         assert await worker.set(k2.sealed(AGENT, task), "mine")
-        assert await worker.set(k2.context(task, 1), "mine")
+        # (a worker's contexts are in its agent's view: `mesh.dispatch.context`)
+        assert await worker.set(k2.for_agent(AGENT).context(task, 1, AGENT), "mine")
         assert await registry.hset(k2.agent(AGENT), "capability", "refunds") == 1
         assert await observer.hget(k2.agent(AGENT), "capability") == b"refunds"
         assert await admin_one.hget(k1.agent(AGENT), "capability") == b"refunds"

@@ -9,8 +9,10 @@ import pytest
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.connection import MeshConnection
+from mesh.dispatch.context import ContextRef, split_ref
 from mesh.schemas import TaskEnvelope, decode, now_ms
 from mesh.schemas.codec import dumps, loads
+from tests import access_mode
 from tests.conftest import wait_until
 from tests.integration.dispatch_kit import EventTap, start_router, start_worker, wait_for_messages
 
@@ -82,7 +84,7 @@ async def test_ping_pong_stops_at_max_hops_with_loop_alert_and_halved_deadlines(
     loops = await wait_until(lambda: tap.of("alert.loop"), timeout=5)
     assert loops and loops[0].agent_id == "ping" and loops[0].data["visits"] == 3
     assert loops[0].data["trajectory"] == ["ping", "pong", "ping", "pong", "ping"]
-    assert tap.of("task.dead")
+    assert await wait_until(lambda: tap.of("task.dead"), timeout=5)
 
 
 async def test_context_travels_by_reference(conn: MeshConnection, add_cleanup: Any) -> None:
@@ -110,5 +112,11 @@ async def test_context_travels_by_reference(conn: MeshConnection, add_cleanup: A
     assert inner["ref"] == result.output["ref"]
     assert inner["context"] == {"customer": "c-42", "notes": ["vip"]}
     assert inner["payload"] == {}  # the context is not in the envelope
-    ttl = await conn.redis.ttl(conn.keys.context(result.trace_id or "", 1))
-    assert 0 < ttl <= conn.settings.context_ttl_s
+    # stored in the mesh's keys; under access control in the saving agent's view, named
+    # after it, and copied into the view of the agent the handoff went to
+    ref = split_ref(result.output["ref"])
+    assert ref == ContextRef(result.trace_id or "", 1, "first" if access_mode.of(conn) else "")
+    views = [conn.keys.for_agent(a) for a in ("first", "second")] if ref.origin else [conn.keys]
+    for keys in views:
+        ttl = await conn.redis.ttl(keys.context(ref.trace_id, ref.version, ref.origin))
+        assert 0 < ttl <= conn.settings.context_ttl_s

@@ -11,11 +11,11 @@ import pytest
 from mesh import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection
-from mesh.dispatch.store import Holder, TaskStore
+from mesh.dispatch.store import Holder, ReplyMarks, TaskStore
 from mesh.messaging import Publisher
 from mesh.schemas import Result, TaskEnvelope, now_ms
 from tests.agents_for_tests import LeaseMembership, effect_agent
-from tests.conftest import wait_until
+from tests.conftest import pipelines_counted, wait_until
 from tests.integration.dispatch_kit import start_router, start_worker
 
 pytestmark = pytest.mark.integration
@@ -179,3 +179,26 @@ async def test_redelivered_ingress_copy_of_an_answered_task_is_not_answered_agai
 
 async def _replied(store: TaskStore, task_id: str) -> bool:
     return (await store.holder_of(task_id)).get("replied") == "1"
+
+
+async def test_replied_marks_of_every_store_on_one_client_go_in_one_round_trip(
+    conn: MeshConnection,
+) -> None:
+    """A process hosts many agents, one runtime (and one `ReplyMarks`) each, on one Redis
+    client: their marks wait in one batch and are written by one pipeline."""
+    views = [conn.keys.for_agent(a) for a in ("a", "b")]
+    marks = [ReplyMarks(TaskStore(conn.redis, k, conn.settings), interval_s=60) for k in views]
+    with pipelines_counted(conn.redis) as pipelines:
+        marks[0].mark("t1")
+        marks[1].mark("t2")
+        await marks[1].flush()
+    assert pipelines.n == 1
+    for k, task_id in zip(views, ("t1", "t2"), strict=True):
+        assert await conn.redis.hget(k.idem(task_id), "replied") == b"1"
+    # one runtime closing writes what waits; the others go on marking
+    marks[0].mark("t3")
+    await marks[1].close()
+    assert await conn.redis.hget(views[0].idem("t3"), "replied") == b"1"
+    marks[0].mark("t4")
+    await marks[0].close()
+    assert await conn.redis.hget(views[0].idem("t4"), "replied") == b"1"

@@ -25,7 +25,7 @@ from mesh.router.embedding import CachedEmbedder, HashEmbedder
 from mesh.schemas import TaskEnvelope
 from mesh.services import start_registry, start_semantic_router, start_worker
 from mesh.worker.agent import Agent
-from tests.conftest import Cleanup, wait_until
+from tests.conftest import ROUTABLE_S, Cleanup, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,7 @@ async def test_router_registry_and_worker_serve_their_counters(
     selector, stop_router = await start_semantic_router(conn, embedder, metrics=router.metrics)
     add_cleanup(stop_router)
     add_cleanup(await start_worker(conn, echo_agent(), grace_s=2, metrics=worker.metrics))
-    await selector.wait_routable(["echo"], timeout=15)
+    await selector.wait_routable(["echo"], timeout=ROUTABLE_S)
     client = MeshClient(conn)
     await client.start()
     add_cleanup(client.close)

@@ -14,6 +14,7 @@ import pytest
 
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
+from tests.conftest import ROUTABLE_S
 from tests.integration.node_kit import NodeAgent, ensure_node_modules
 from tests.integration.routing_kit import SemanticMesh, agent
 from tests.integration.worker_process import worker_settings
@@ -43,7 +44,7 @@ async def node_mesh(
     node = await NodeAgent(await worker_settings(conn, NODE), NODE, tmp_path).start()
     try:
         assert mesh.selector is not None
-        await mesh.selector.wait_routable([NODE], timeout=15)
+        await mesh.selector.wait_routable([NODE], timeout=ROUTABLE_S)
         yield mesh, node
     finally:
         assert await node.stop() == 0

@@ -7,11 +7,13 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio as redis_asyncio
 
 from mesh.config import Settings
@@ -72,12 +74,34 @@ def sentinel_set(tmp_path: Path) -> Iterator[SentinelSet]:
     )
     sentinel = run(server, str(conf), "--sentinel")
     try:
+        _until_the_sentinel_names_the_primary(s, p)
         yield SentinelSet(primary, replica, sentinel, (p, r, s))
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def _until_the_sentinel_names_the_primary(sentinel: int, primary: int, timeout: float = 20) -> None:
+    """Poll until the primary answers and the sentinel names it (the processes were just
+    started: on loaded cores a test connecting at once found neither listening yet)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            with redis.Redis(port=primary, socket_timeout=1) as up:
+                up.ping()
+            with redis.Redis(port=sentinel, socket_timeout=1) as watcher:
+                addr = watcher.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
+            if addr and int(addr[1]) == primary:
+                return
+        except redis.RedisError:
+            pass
+        if time.monotonic() >= end:
+            raise AssertionError(
+                f"sentinel :{sentinel} did not name primary :{primary} in {timeout}s"
+            )
+        time.sleep(0.05)
 
 
 async def _replicated(port: int) -> bool:

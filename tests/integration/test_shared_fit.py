@@ -12,7 +12,7 @@ from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.selector import SemanticSelector
 from mesh.services import build_selector
-from tests.conftest import wait_until
+from tests.conftest import ROUTABLE_S, wait_until
 from tests.integration.routing_kit import SemanticMesh, agent
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ async def test_the_second_router_installs_the_first_routers_head(
     assert mesh.selector is not None
     second, stop = await build_selector(conn, embedder)
     try:
-        await second.wait_routable([a.agent_id for a in AGENTS], timeout=15)
+        await second.wait_routable([a.agent_id for a in AGENTS], timeout=ROUTABLE_S)
         routers = sorted([mesh.selector, second], key=lambda s: s.keeper.keeper_id)
         first, other = routers
         async with MeshClient(conn) as client:

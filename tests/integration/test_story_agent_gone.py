@@ -19,6 +19,7 @@ from mesh.access.roles import Role
 from mesh.config import Settings
 from mesh.schemas import TaskEnvelope
 from mesh.services import start_worker
+from tests.conftest import ROUTABLE_S
 from tests.integration.routing_kit import SemanticMesh
 
 pytestmark = pytest.mark.integration
@@ -55,7 +56,7 @@ async def _started_then_stopped(mesh: SemanticMesh) -> float:
     worker_conn = await mesh.connection_of(Role("worker", AGENT))
     stop = await start_worker(worker_conn, refunds(), grace_s=1)
     assert mesh.selector is not None
-    await mesh.selector.wait_routable([AGENT], timeout=15)
+    await mesh.selector.wait_routable([AGENT], timeout=ROUTABLE_S)
     await stop()
     return time.monotonic()
 
@@ -78,6 +79,7 @@ async def test_a_task_for_an_agent_without_instance_waits_up_to_its_deadline(
     assert 1.4 <= took < 6.0, took  # it waited for its deadline, not less
 
 
+@pytest.mark.exclusive  # it must see the 2 s window open after the stop: a shared core can eat it
 async def test_an_agent_gone_longer_than_the_window_is_unroutable_at_once(
     mesh: SemanticMesh,
 ) -> None:

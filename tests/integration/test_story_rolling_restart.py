@@ -22,6 +22,7 @@ from mesh import Agent, MeshClient, TaskContext
 from mesh.access.roles import Role
 from mesh.schemas import Result, TaskEnvelope
 from mesh.services import Stop, start_worker
+from tests.conftest import ROUTABLE_S
 from tests.integration.routing_kit import SemanticMesh
 
 pytestmark = pytest.mark.integration
@@ -94,7 +95,7 @@ async def test_a_rolling_restart_and_a_stop_start_lose_nothing(mesh: SemanticMes
     await up(f"{AGENT}-a1")
     await up(f"{AGENT}-b1")
     assert mesh.selector is not None
-    await mesh.selector.wait_routable([AGENT], timeout=15)
+    await mesh.selector.wait_routable([AGENT], timeout=ROUTABLE_S)
 
     async def restarts() -> None:
         await asyncio.sleep(2.0)

@@ -9,7 +9,7 @@ import pytest
 
 from mesh import Agent, MeshClient, TaskContext
 from mesh.connection import MeshConnection
-from mesh.schemas import TaskEnvelope
+from mesh.schemas import Result, TaskEnvelope
 from mesh.services import start_registry, start_worker
 from mesh.worker.middleware import CallNext, TaskRun, WorkerMiddleware
 from mesh.worker.outcome import Outcome
@@ -77,3 +77,32 @@ async def test_composed_services_stop_in_reverse_order_and_twice(
     assert result.status == "completed"
     await stop_worker()
     await stop_worker()  # an unwound stack has nothing left to close
+
+
+async def test_a_result_is_encoded_once_for_the_commit_and_the_reply(
+    conn: MeshConnection, add_cleanup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker sends its callers the bytes its commit stored: one encoding a Result."""
+    import mesh.dispatch.store
+    import mesh.messaging
+    import mesh.worker.answers
+
+    encoded: list[str] = []
+    for module in (mesh.dispatch.store, mesh.messaging, mesh.worker.answers):
+        original = getattr(module, "encode", None)
+        if original is None:
+            continue
+
+        def counted(model: Any, original: Any = original) -> bytes:
+            if isinstance(model, Result):
+                encoded.append(model.task_id)
+            body: bytes = original(model)
+            return body
+
+        monkeypatch.setattr(module, "encode", counted)
+    await start_router(conn, add_cleanup)
+    async with WorkerRuntime(_echo(), conn, grace_s=2) as worker, MeshClient(conn) as client:
+        result = await client.request("echo", {"n": 2}, target="mw.echo", wait_s=10)
+        await worker.run_until_idle()
+    assert result.status == "completed" and result.output == {"echo": {"n": 2}}
+    assert encoded == [result.task_id]
