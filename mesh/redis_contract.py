@@ -128,7 +128,9 @@ def functions() -> dict[str, Any]:
                 "state: the Result's status",
             ],
             "returns": {
-                "ok": "['ok', waiter...]: committed; answer each waiter (a reply queue, "
+                "ok": "['ok', waiter...]: committed (a task record lost under the live "
+                "claim is recovered first: accepted, processing, marked recovered); answer "
+                "each waiter (a reply queue, "
                 "then \\u001f and the correlation_id to echo, when the caller set one) "
                 "and the envelope's reply_to; under access control publish the Result "
                 "to the results exchange instead (message_id 'result:<task_id>': the "

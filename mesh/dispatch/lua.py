@@ -306,6 +306,9 @@ return {'claimed', takeover, visits, recovered}
 #: the mesh's record of a task whose steps the agent's view recorded), states...
 #: A view idem (KEYS[7]) takes the result too when the mesh ends the task itself: a late
 #: commit in the agent's view then finds the task done.
+#: A holder's commit whose task record vanished while its claim lived (a Redis failover)
+#: recovers the record through ``accepted``, ``processing`` (``recovered``, as `CLAIM` does)
+#: and commits.
 #: -> {'ok', waiter...} | {'done', result} | {'stale'} | {'refused', state}
 FINISH = (
     PRELUDE
@@ -313,11 +316,24 @@ FINISH = (
 local ttl, prefix, me, token, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local h = redis.call('HMGET', KEYS[1], 'result', 'holder', 'token', 'expires_ms')
 if h[1] then return {'done', h[1]} end
+local states, note, cur, expires, extra = tail(11), ARGV[8], nil, nil, nil
 if me ~= '' then
   if h[2] ~= me or h[3] ~= token then return {'stale'} end
   if fenced == '1' and not fence_ok(prefix .. me, token) then return {'stale'} end
+  local task = redis.call('HMGET', KEYS[2], 'state', 'expires_ms')
+  cur, expires = task[1] or '', task[2]
+  if cur == '' then
+    -- the task's record vanished under a live claim (a Redis failover lost it): the claim
+    -- says the task was ours, so it is recovered through the steps it missed, as CLAIM
+    -- recovers one, and its Result is stored and answered, never dropped
+    table.insert(states, 1, 'processing')
+    table.insert(states, 1, 'accepted')
+    extra = {'recovered', '1'}
+    note = note ~= '' and ('recovered; ' .. note) or 'recovered'
+  end
 end
-local ok, r = advance(KEYS[2], KEYS[3], tail(11), ARGV[7], ARGV[8], ARGV[9], ttl, ARGV[10])
+local ok, r = advance(KEYS[2], KEYS[3], states, ARGV[7], note, ARGV[9], ttl, ARGV[10], cur,
+  extra, expires)
 if not ok then return {'refused', r} end
 -- the holder goes with the result (an empty holder is none: `holder_of` leaves it out)
 local fields = {'result', ARGV[6], 'finished_ms', redis_now_ms(), 'holder', ''}

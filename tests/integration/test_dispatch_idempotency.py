@@ -125,6 +125,51 @@ async def test_stale_token_cannot_commit_nor_apply_its_side_effect(
         await b_member.stop()
 
 
+async def test_a_commit_whose_task_record_vanished_under_its_claim_is_recovered_and_stored(
+    conn: MeshConnection, settings: Settings
+) -> None:
+    """A Redis failover can lose a task's record (hash and history) while its claim lives:
+    the holder's commit recovers the record (accepted, processing, marked recovered) and
+    stores its Result, so the worker answers it; another instance's commit stays stale."""
+    store = TaskStore(conn.redis, conn.keys, settings)
+    member = LeaseMembership(conn, "effect", "effect-a")
+    await member.start(lambda: 0)
+    try:
+        envelope = TaskEnvelope(capability="x", target="effect")
+        holder = Holder("effect-a", member.token)
+        end = now_ms() + 60_000
+        claim = await store.claim(
+            envelope,
+            holder,
+            agent_id="effect",
+            redelivered=False,
+            lifetime_end_ms=end,
+            pristine=True,
+        )
+        assert claim.status == "claimed"
+        task_id = envelope.task_id
+        lost = await conn.redis.delete(conn.keys.task(task_id), conn.keys.task_history(task_id))
+        assert lost == 2
+        other = Holder("effect-b", member.token)
+        result = Result(task_id=task_id, status="completed", output={"n": 1})
+        stale = await store.finish(result, "completed", by="effect-b", holder=other)
+        assert stale.status == "stale"
+        commit = await store.finish(
+            result, "completed", by="effect-a", holder=holder, agent_id="effect"
+        )
+        assert commit.status == "ok", commit
+        assert commit.body and Result.model_validate_json(commit.body) == result
+        task = await conn.redis.hgetall(conn.keys.task(task_id))
+        assert task[b"state"] == b"completed" and task[b"recovered"] == b"1"
+        history = await store.history(task_id)
+        assert [h["state"] for h in history] == ["accepted", "processing", "completed"]
+        assert {h["note"] for h in history} == {"recovered"}
+        again = await store.finish(result, "completed", by="effect-a", holder=holder)
+        assert again.status == "done" and again.result == result
+    finally:
+        await member.stop()
+
+
 @pytest.mark.access_off(
     "the test sends Results by hand; with it on a client believes only a router (test_access_mesh)"
 )
