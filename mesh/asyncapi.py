@@ -307,6 +307,12 @@ def component_messages() -> dict[str, Any]:
             "AgentCard", "An instance joining with an A2A card", "register.a2a", card_headers
         ),
         "heartbeat": message("Heartbeat", "A lease renewal with the load", "heartbeat"),
+        "heartbeatBatch": message(
+            "HeartbeatBatch",
+            "The heartbeats of one connection's instances that fell due together, each "
+            "naming its reply queue; a registry takes each as a single heartbeat",
+            "heartbeats",
+        ),
         "deregistration": message("Deregistration", "A graceful goodbye", "deregister"),
         "registrationAck": message(
             "RegistrationAck", "The fencing token and lease terms", "register.ack"
@@ -498,8 +504,8 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
         t.registry,
         t.registry_key,
         "Registrations, heartbeats and goodbyes (AMQP `type`: register, register.a2a, "
-        "heartbeat, deregister).",
-        ["registration", "agentCard", "heartbeat", "deregistration"],
+        "heartbeat, heartbeats, deregister).",
+        ["registration", "agentCard", "heartbeat", "heartbeatBatch", "deregistration"],
     )
     b.exchange(
         "exchange.sessions",
@@ -602,6 +608,7 @@ def channels(topology: Topology, observer_max_length: int | None = None) -> dict
                 "registration",
                 "agentCard",
                 "heartbeat",
+                "heartbeatBatch",
                 "deregistration",
             ],
         ),

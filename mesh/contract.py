@@ -172,7 +172,7 @@ def _bid_keys(w: Who) -> Sequence[str]:
     return (starting(w.topology.bid_key("")),)
 
 
-REGISTRY_IN = ("registration", "agentCard", "heartbeat", "deregistration")
+REGISTRY_IN = ("registration", "agentCard", "heartbeat", "heartbeatBatch", "deregistration")
 SESSION_IN = ("registrationAck", "registrationError", "leaseLost")
 
 # --- the table -----------------------------------------------------------------------------

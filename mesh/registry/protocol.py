@@ -8,6 +8,9 @@ Messages to the registry (exchange/queue `Topology.registry`, key `registry_key`
   answered as ``register``.
 - ``heartbeat``: body `Heartbeat`; transient, expires after one interval; answered
   ``lease.lost`` on ``reply_to`` only when the lease is gone.
+- ``heartbeats``: body `HeartbeatBatch`, the beats of one connection's instances that fell
+  due together (`mesh.registry.beats`); each beat is taken, and answered, as a
+  ``heartbeat`` whose ``reply_to`` it names.
 - ``deregister``: body `Deregistration`; no answer.
 
 Answers go to the session's own exclusive queue (`Topology.session_queue`), published
@@ -21,7 +24,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import DeliveryMode
 
-from mesh.schemas import Deregistration, Heartbeat, Registration, encode
+from mesh.schemas import Deregistration, Heartbeat, HeartbeatBatch, Registration, encode
 from mesh.schemas.codec import dumps
 from mesh.topology import AGENT_HEADER, CONCURRENCY_HEADER, INSTANCE_HEADER
 
@@ -30,6 +33,8 @@ JSON = "application/json"
 REGISTER = "register"
 REGISTER_A2A = "register.a2a"
 HEARTBEAT = "heartbeat"
+#: a `HeartbeatBatch`: the heartbeats of one connection's instances that fell due together
+HEARTBEATS = "heartbeats"
 DEREGISTER = "deregister"
 ACK = "register.ack"
 ERROR = "register.error"
@@ -84,6 +89,17 @@ def heartbeat_message(beat: Heartbeat, *, reply_to: str, expiration_s: float) ->
         content_type=JSON,
         type=HEARTBEAT,
         reply_to=reply_to,
+        expiration=expiration_s,
+        delivery_mode=DeliveryMode.NOT_PERSISTENT,
+    )
+
+
+def heartbeats_message(batch: HeartbeatBatch, *, expiration_s: float) -> aio_pika.Message:
+    """`heartbeat_message` of several instances: each beat names its own reply queue."""
+    return aio_pika.Message(
+        encode(batch),
+        content_type=JSON,
+        type=HEARTBEATS,
         expiration=expiration_s,
         delivery_mode=DeliveryMode.NOT_PERSISTENT,
     )

@@ -12,6 +12,8 @@ queue and a restarted one carries on where the last stopped. What a registry doe
   heartbeats are most of the traffic. A heartbeat whose lease is gone (unknown instance,
   other token, down, or lapsed) is answered ``lease.lost`` on its ``reply_to``: the session
   re-registers. Renewals are published in bulk as ``agent.leases`` events.
+- ``heartbeats``: a `HeartbeatBatch` (the beats of one worker connection that fell due
+  together, `mesh.registry.beats`): each beat taken as a ``heartbeat``, checked one by one.
 - ``deregister``: down at once, ``agent.down`` with reason ``deregistered``.
 - a sweep claims lapsed leases and publishes ``agent.down`` (reason ``lease_expired``) at
   the first tick of ``sweep_interval_s`` after the earliest lease may have lapsed (Redis
@@ -49,6 +51,7 @@ from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
 from mesh.schemas import (
     Deregistration,
     Heartbeat,
+    HeartbeatBatch,
     InvalidEnvelope,
     Registration,
     RegistrationAck,
@@ -126,6 +129,8 @@ class RegistryService(Lifecycle):
         self.stats = {
             "registered": 0,
             "heartbeats": 0,
+            # messages that carried heartbeats (one carries many: `mesh.registry.beats`)
+            "beat_messages": 0,
             "lost": 0,
             "down": 0,
             "batches": 0,
@@ -169,6 +174,8 @@ class RegistryService(Lifecycle):
         try:
             if kind == protocol.HEARTBEAT:
                 self._on_heartbeat(message)
+            elif kind == protocol.HEARTBEATS:
+                self._on_heartbeats(message)
             elif kind in (protocol.REGISTER, protocol.REGISTER_A2A):
                 await self._on_register(message)
             elif kind == protocol.DEREGISTER:
@@ -207,13 +214,30 @@ class RegistryService(Lifecycle):
         except ValidationError:
             logger.warning("registry %s: invalid heartbeat dropped", self.registry_id)
             return
+        self.stats["beat_messages"] += 1
+        self._take_beat(message, hb, message.reply_to)
+
+    def _on_heartbeats(self, message: AbstractIncomingMessage) -> None:
+        """A `HeartbeatBatch`: each beat taken as a single heartbeat naming its reply_to."""
+        try:
+            batch = HeartbeatBatch.model_validate_json(message.body)
+        except ValidationError:
+            logger.warning("registry %s: invalid heartbeat batch dropped", self.registry_id)
+            return
+        self.stats["beat_messages"] += 1
+        for hb in batch.beats:
+            self._take_beat(message, hb, hb.reply_to or None)
+
+    def _take_beat(
+        self, message: AbstractIncomingMessage, hb: Heartbeat, reply_to: str | None
+    ) -> None:
         if self._refused(message, "heartbeat", hb.agent_id, hb.instance_id):
             return
         concurrency = hb.max_concurrency
         if self.admission.enabled:
             concurrency = self.bounds.concurrency(concurrency)
         beat = Beat(hb.agent_id, hb.instance_id, hb.token, hb.in_flight, concurrency, hb.stuck)
-        self._beats.append((beat, message.reply_to))
+        self._beats.append((beat, reply_to))
         self._beats_ready.set()
 
     async def _on_register(self, message: AbstractIncomingMessage) -> None:

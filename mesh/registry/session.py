@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 import aio_pika
@@ -35,6 +34,7 @@ from mesh.connection import MeshConnection
 from mesh.errors import NotStarted, RegistryError, RegistryUnavailable, StaleFencingToken
 from mesh.messaging import login_of
 from mesh.registry import fencing, protocol
+from mesh.registry.beats import BeatBatcher
 from mesh.schemas import (
     Deregistration,
     Heartbeat,
@@ -274,26 +274,29 @@ class RegistrySession:
     # --- heartbeats -------------------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         interval = self.settings.heartbeat_s
-        next_at = time.monotonic()
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + interval
         while True:
             raise_if_cancelling()
-            next_at += interval
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
             if not self._beating.is_set():
                 await self._beating.wait()
-                next_at = time.monotonic()
             try:
-                await self._beat()
+                due = await self._beat()
             except (aio_pika.exceptions.AMQPError, RuntimeError, ConnectionError) as exc:
                 # the robust connection reconnects; the next beat tries again
                 if not self.conn.outages.report(exc, what=f"heartbeats of {self.instance_id}"):
                     logger.warning("heartbeat of %s not sent: %r", self.instance_id, exc)
+                due = None
             else:
                 self.conn.outages.broker.back()
+            next_at = loop.time() + interval if due is None else due
 
-    async def _beat(self) -> None:
+    async def _beat(self) -> float | None:
+        """Send one heartbeat with the others of this connection that fall due with it
+        (`BeatBatcher`); returns when the next one is due (loop clock), None: not sent."""
         if self._registry_ex is None or self._queue is None or self._token is None:
-            return
+            return None
         beat = Heartbeat(
             agent_id=self.agent_id,
             instance_id=self.instance_id,
@@ -303,11 +306,8 @@ class RegistrySession:
             max_concurrency=self.registration.max_concurrency,
             sent_ms=now_ms(),
         )
-        await self._send(
-            protocol.heartbeat_message(
-                beat, reply_to=self._queue.name, expiration_s=self.settings.heartbeat_s
-            )
-        )
+        batcher = BeatBatcher.of(self.conn, self.login)
+        return await batcher.send(self._registry_ex, beat, self._queue.name)
 
     async def _send(self, message: aio_pika.Message) -> None:
         """Publish to the registry, stamped with this process's login (``user_id``)."""

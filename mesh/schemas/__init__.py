@@ -8,7 +8,15 @@ from mesh.schemas.codec import InvalidEnvelope, decode, encode
 from mesh.schemas.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TaskEnvelope
 from mesh.schemas.event import Event, EventBatch, batch_body
 from mesh.schemas.feedback import Feedback
-from mesh.schemas.registration import Deregistration, Heartbeat, Registration, RegistrationAck
+from mesh.schemas.registration import (
+    MAX_BATCH_BEATS,
+    BatchedBeat,
+    Deregistration,
+    Heartbeat,
+    HeartbeatBatch,
+    Registration,
+    RegistrationAck,
+)
 from mesh.schemas.result import TERMINAL_STATUSES, ErrorInfo, FieldProblem, Result, RouteInfo
 
 #: every model exported to `schemas/json/`, by file stem
@@ -18,6 +26,7 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
     "registration": Registration,
     "registration_ack": RegistrationAck,
     "heartbeat": Heartbeat,
+    "heartbeat_batch": HeartbeatBatch,
     "deregistration": Deregistration,
     "bid_request": BidRequest,
     "bid": Bid,
@@ -28,9 +37,11 @@ WIRE_MODELS: dict[str, type[BaseModel]] = {
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_BATCH_BEATS",
     "SCHEMA_VERSION",
     "TERMINAL_STATUSES",
     "WIRE_MODELS",
+    "BatchedBeat",
     "Bid",
     "BidRequest",
     "Deregistration",
@@ -40,6 +51,7 @@ __all__ = [
     "Feedback",
     "FieldProblem",
     "Heartbeat",
+    "HeartbeatBatch",
     "InvalidEnvelope",
     "Registration",
     "RegistrationAck",

@@ -70,6 +70,24 @@ class Heartbeat(WireModel):
     sent_ms: int = Field(ge=0)
 
 
+#: heartbeats one `HeartbeatBatch` carries at most (a registry renews as many in one call)
+MAX_BATCH_BEATS = 500
+
+
+class BatchedBeat(Heartbeat):
+    """One heartbeat of a `HeartbeatBatch`, with the reply queue a single one names in its
+    AMQP ``reply_to`` (where a lost lease is answered without access control)."""
+
+    reply_to: Annotated[str, Field(max_length=255)] = ""
+
+
+class HeartbeatBatch(WireModel):
+    """The heartbeats of the instances on one connection that fell due together, sent as
+    one message (AMQP ``type`` ``heartbeats``): a registry takes each as a single one."""
+
+    beats: list[BatchedBeat] = Field(min_length=1, max_length=MAX_BATCH_BEATS)
+
+
 class Deregistration(WireModel):
     """A graceful goodbye: the instance is down at once."""
 

@@ -18,7 +18,15 @@ from mesh.registry import protocol
 from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.registry.state import load_state
-from mesh.schemas import Deregistration, Heartbeat, Registration, encode, now_ms
+from mesh.schemas import (
+    BatchedBeat,
+    Deregistration,
+    Heartbeat,
+    HeartbeatBatch,
+    Registration,
+    encode,
+    now_ms,
+)
 from tests.conftest import wait_until
 from tests.integration.access_kit import AGENT_A, AGENT_B, Provisioned
 
@@ -240,3 +248,51 @@ async def test_an_agents_profile_changes_at_most_once_per_interval(
     assert state[AGENT_A].registration is not None
     assert state[AGENT_A].registration.capability_text == "pays"
     assert registry.stats["refused"] == 1
+
+
+async def test_a_heartbeat_batch_is_believed_beat_by_beat(
+    mesh_access: Provisioned, as_user: Any, add_cleanup: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A batch from B's worker that carries one of A's beats beside B's own: B's lease is
+    renewed with its load, A's beat is refused (its user is not A's) and A's load stays."""
+    conn = await as_user(Role("registry"))
+    conn.settings = conn.settings.model_copy(update={"heartbeat_s": 5.0, "lease_ttl_s": 15.0})
+    registry = RegistryService(conn)
+    await registry.start()
+    add_cleanup(registry.close)
+    worker_a = await as_user(Role("worker", AGENT_A))
+    worker_b = await as_user(Role("worker", AGENT_B))
+    session_a = RegistrySession(worker_a, _registration(AGENT_A, f"{AGENT_A}-1"))
+    session_b = RegistrySession(worker_b, _registration(AGENT_B, f"{AGENT_B}-1"))
+    for s in (session_a, session_b):
+        await s.start(lambda: 0)
+        add_cleanup(s.stop)
+        s.suspend_heartbeats()
+
+    def beat(s: RegistrySession, in_flight: int) -> BatchedBeat:
+        return BatchedBeat(
+            agent_id=s.agent_id,
+            instance_id=s.instance_id,
+            token=s.token,
+            in_flight=in_flight,
+            sent_ms=now_ms(),
+        )
+
+    batch = HeartbeatBatch(beats=[beat(session_a, 7), beat(session_b, 3)])
+    refused = registry.stats["refused"]
+    await _publish_as(
+        worker_b,
+        mesh_access.user(Role("worker", AGENT_B)),
+        protocol.heartbeats_message(batch, expiration_s=5),
+    )
+    mine = registry.conn.keys.instance(f"{AGENT_B}-1")
+
+    async def applied() -> bool:
+        return bool(await registry.conn.redis.hget(mine, "in_flight") == b"3")
+
+    await wait_until(applied, timeout=5)
+    assert registry.stats["refused"] == refused + 1
+    theirs = registry.conn.keys.instance(f"{AGENT_A}-1")
+    assert await registry.conn.redis.hget(theirs, "in_flight") == b"0"
+    assert f"heartbeat of instance {AGENT_A}-1 refused: broker user" in caplog.text
+    assert session_a.registrations == session_b.registrations == 1

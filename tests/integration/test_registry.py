@@ -478,3 +478,102 @@ async def test_invalid_registration_is_answered_and_dead_lettered(
     dead = await channel.get_queue(conn.topology.dead_queue("invalid"), ensure=False)
     got = await wait_until(lambda: dead.get(no_ack=True, fail=False))
     assert got.body == body
+
+
+async def test_sessions_on_one_connection_beat_together_in_one_message(
+    conn: MeshConnection, add_cleanup: Cleanup
+) -> None:
+    """The sessions of one connection send their heartbeats as one `HeartbeatBatch` an
+    interval (after one beat each to align); the registry renews every lease from it, and
+    a lease lost in a batch is answered to its own session, which re-registers alone."""
+    service = await registry(conn, add_cleanup)
+    regs = [registration("beats", f"beats-{i}-{new_id()[:6]}") for i in range(12)]
+    sessions = await asyncio.gather(*(session(conn, add_cleanup, reg) for reg in regs))
+    for reg in regs:
+        await wait_until(lambda reg=reg: _renewed(conn, reg.instance_id), timeout=5)
+    before = dict(service.stats)
+    rounds = 4
+    interval = conn.settings.heartbeat_s
+    await wait_until(
+        lambda: service.stats["heartbeats"] - before["heartbeats"] >= rounds * len(regs),
+        timeout=rounds * interval + 5,
+    )
+    beats = service.stats["heartbeats"] - before["heartbeats"]
+    messages = service.stats["beat_messages"] - before["beat_messages"]
+    print(f"{beats} heartbeats of {len(regs)} sessions in {messages} messages")
+    assert beats >= rounds * len(regs)
+    assert messages <= beats / 4, (beats, messages)
+    assert service.stats["lost"] == before["lost"]
+    assert all(s.registrations == 1 for s in sessions)
+
+    # one lease of the batch lost: only that session hears it and registers again
+    lost = sessions[5]
+    await conn.redis.hset(conn.keys.instance(lost.registration.instance_id), "token", 0)
+    await wait_until(lambda: lost.registrations == 2, timeout=5)
+    inst = await load_instance(conn.redis, conn.keys, lost.registration.instance_id)
+    assert inst is not None and inst.status == "up" and inst.token == lost.token
+    assert [s.registrations for s in sessions if s is not lost] == [1] * (len(regs) - 1)
+
+
+async def test_a_heartbeat_batch_from_a_plain_amqp_client_renews_each_lease(
+    conn: MeshConnection, add_cleanup: Cleanup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The `heartbeats` wire as the AsyncAPI document says, from a client that never imports
+    the mesh: each beat renews its lease, a beat with a wrong token is answered
+    ``lease.lost`` on the reply queue it names, and a body that is no batch is dropped."""
+    service = await registry(conn, add_cleanup)
+    regs = [registration("plain", f"plain-{i}-{new_id()[:6]}") for i in range(2)]
+    sessions = await asyncio.gather(*(session(conn, add_cleanup, reg) for reg in regs))
+    for s in sessions:
+        s.suspend_heartbeats()
+    settings = conn.settings
+    connection = await aio_pika.connect(settings.amqp_urls[0].get_secret_value())
+    add_cleanup(connection.close)
+    channel = await connection.channel()
+    answers = await channel.declare_queue(exclusive=True, auto_delete=True)
+    exchange = await channel.get_exchange(conn.topology.registry, ensure=False)
+    sent = now_ms()
+    beats = [
+        {
+            "agent_id": "plain",
+            "instance_id": s.registration.instance_id,
+            "token": s.token,
+            "in_flight": 2,
+            "sent_ms": sent,
+        }
+        for s in sessions
+    ]
+    beats.append({**beats[0], "token": sessions[0].token + 100, "reply_to": answers.name})
+    body = dumps({"beats": beats})
+    await exchange.publish(
+        aio_pika.Message(body, content_type="application/json", type="heartbeats"),
+        routing_key=conn.topology.registry_key,
+    )
+    notice = await wait_until(lambda: answers.get(fail=False), timeout=5)
+    assert notice.type == "lease.lost"
+    assert loads(notice.body) == {
+        "instance_id": sessions[0].registration.instance_id,
+        "token": sessions[0].token + 100,
+    }
+    for s in sessions:
+        inst = await load_instance(conn.redis, conn.keys, s.registration.instance_id)
+        assert inst is not None and inst.in_flight == 2 and inst.last_heartbeat_ms >= sent
+    # an empty batch is no batch: dropped, and the single beat after it still counts
+    taken = service.stats["beat_messages"]
+    await exchange.publish(
+        aio_pika.Message(b'{"beats": []}', content_type="application/json", type="heartbeats"),
+        routing_key=conn.topology.registry_key,
+    )
+    one = {key: value for key, value in beats[1].items() if key != "reply_to"}
+    await exchange.publish(
+        aio_pika.Message(dumps({**one, "in_flight": 3}), type="heartbeat"),
+        routing_key=conn.topology.registry_key,
+    )
+    instance = conn.keys.instance(sessions[1].registration.instance_id)
+    await wait_until(lambda: _in_flight_is(conn, instance, 3), timeout=5)
+    assert service.stats["beat_messages"] == taken + 1
+    assert "invalid heartbeat batch dropped" in caplog.text
+
+
+async def _in_flight_is(conn: MeshConnection, instance: str, n: int) -> bool:
+    return bool(await conn.redis.hget(instance, "in_flight") == str(n).encode())
