@@ -159,7 +159,8 @@ class OutcomeLedger:
         return agent_id
 
     async def flush(self) -> list[Learned]:
-        """Write what is queued (routing records, outcomes) in one round trip.
+        """Write what is queued: the cold-start counts, the routing records and the
+        outcomes, one pipelined round trip each (per flush, not per task).
 
         Returns the texts that took a reservoir slot; texts not sampled or already held
         change nothing, so they cost nothing more.
