@@ -145,11 +145,12 @@ class TaskStore:
         #: the mesh's records under access control: each agent's steps are in its view
         self.views = settings.access_control and not keys.view
         # Redis functions (FCALL), loaded by the operator or on first use (`mesh.functions`);
-        # a worker's claims and commits, a router's relays, go in pipelines (`CallBatch`)
-        self._seed = lua.LIBRARY.bind(redis, "seed")
+        # every call goes in one pipeline with the calls made beside it on the client (a
+        # router's submissions and steps, a worker's claims and commits: `CallBatch`)
+        self._seed = lua.LIBRARY.bind(redis, "seed", batched=True)
         self._relay = lua.LIBRARY.bind(redis, "relay", batched=True)
-        self._advance = lua.LIBRARY.bind(redis, "advance")
-        self._submit = lua.LIBRARY.bind(redis, "submit")
+        self._advance = lua.LIBRARY.bind(redis, "advance", batched=True)
+        self._submit = lua.LIBRARY.bind(redis, "submit", batched=True)
         self._claim = lua.LIBRARY.bind(redis, "claim", batched=True)
         self._finish = lua.LIBRARY.bind(redis, "finish", batched=True)
         self._release = lua.LIBRARY.bind(redis, "release", batched=True)

@@ -247,3 +247,24 @@ async def test_replied_marks_of_every_store_on_one_client_go_in_one_round_trip(
     marks[0].mark("t4")
     await marks[0].close()
     assert await conn.redis.hget(views[0].idem("t4"), "replied") == b"1"
+
+
+async def test_submissions_made_together_go_in_one_round_trip(
+    conn: MeshConnection, settings: Settings
+) -> None:
+    """A router recording many arrivals at once (a batch of ingress deliveries) sends their
+    submissions in one pipeline; each gets its own answer, the duplicate among them too."""
+    store = TaskStore(conn.redis, conn.keys, settings)
+    envelopes = [TaskEnvelope(capability="x", target="effect") for _ in range(5)]
+    envelopes.append(envelopes[0])  # the same task twice in one batch
+    with pipelines_counted(conn.redis) as pipelines:
+        submissions = await asyncio.gather(
+            *(
+                store.submit(e, redelivered=False, states=["submitted", "routing"], by="r")
+                for e in envelopes
+            )
+        )
+    assert pipelines.n == 1
+    assert [s.status for s in submissions] == ["new"] * 5 + ["pending"]
+    for e in envelopes[:5]:
+        assert await conn.redis.hget(conn.keys.task(e.task_id), "state") == b"routing"
