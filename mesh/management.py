@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +28,12 @@ from mesh.schemas.codec import dumps, loads
 def _q(name: str) -> str:
     """One path segment of the API (a vhost ``/`` is ``%2F``)."""
     return urllib.parse.quote(name, safe="")
+
+
+#: how many times a GET the management API answers with a server error is asked in all
+GET_TRIES = 3
+#: the pause before the second try (then twice that before the third)
+GET_RETRY_PAUSE_S = 0.2
 
 
 class Management:
@@ -67,7 +74,28 @@ class Management:
         *,
         missing_ok: bool = False,
     ) -> Any:
-        """`method` `path` with a JSON `body`; a 404 is None for DELETE (or `missing_ok`)."""
+        """`method` `path` with a JSON `body`; a 404 is None for DELETE (or `missing_ok`).
+
+        A GET the API answers with a server error is asked again, `GET_TRIES` times in all
+        (CI once got a 500 for ``GET /api/users`` while other tests were creating and
+        deleting users; a read asked again is harmless, a write is never sent twice)."""
+        for attempt in range(1, GET_TRIES + 1):
+            try:
+                return self._call_once(method, path, body, missing_ok=missing_ok)
+            except ManagementRequestFailed as exc:
+                if method != "GET" or exc.status < 500 or attempt == GET_TRIES:
+                    raise
+            time.sleep(GET_RETRY_PAUSE_S * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call_once(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        missing_ok: bool = False,
+    ) -> Any:
         headers = {"Authorization": self._auth}
         data = None
         if body is not None:
