@@ -29,6 +29,15 @@ from tests.conftest import ROUTABLE_S, Cleanup, wait_until
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture
+def settings(namespace: str) -> Settings:
+    """The tests count registrations exactly, and leases are not what they test: a lease of
+    5 s (not the suite's 1.5 s) survives a loaded CI core stalling a process's loop for over
+    a second (it once lapsed right after registering, and the instance registered again)."""
+    return Settings.from_env(namespace=namespace, heartbeat_s=0.5, lease_ttl_s=5.0)
+
+
 ROOT = Path(__file__).resolve().parents[2]
 MESH = str(ROOT / ".venv" / "bin" / "mesh")
 ECHO_TEXT = "Repeats what it is told, word for word."
