@@ -22,6 +22,7 @@ from mesh.registry.service import RegistryService
 from mesh.registry.session import RegistrySession
 from mesh.router.service import RouterService
 from mesh.schemas import TaskEnvelope, new_id
+from tests.conftest import wait_until
 from tests.integration.test_registry import EventLog
 
 pytestmark = [
@@ -119,10 +120,13 @@ async def test_a_ten_second_script_stalls_redis_and_the_mesh_resumes_within_five
     assert not log.find("agent.down", instance_id)
     state = await conn.redis.hmget(conn.keys.instance(instance_id), "status", "token")
     assert state == [b"up", str(token).encode()]
-    # the registry saw the outage and is healthy again (no restart); the process said it
-    # once (its registry and router share one outage log of that Redis), and that it ended
+    # the registry saw the outage and is healthy again (no restart) within the resume
+    # budget, counted from the stall's end (its next flush or sweep says so: a moment after
+    # the mesh answered, on a loaded core); the process said it once (its registry and
+    # router share one outage log of that Redis), and that it ended
     health = registry.redis_health
-    assert health.outages >= 1 and health.healthy
+    await wait_until(lambda: health.healthy, timeout=max(0.1, RESUME_S - (loop.time() - ended)))
+    assert health.outages >= 1
     outage = [r for r in caplog.records if r.name == "mesh.outage"]
     said = [r for r in outage if r.levelno == logging.WARNING]
     assert len(said) == 1 and "Redis at" in said[0].getMessage(), [r.getMessage() for r in said]
