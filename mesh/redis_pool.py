@@ -93,7 +93,7 @@ def redis_client(
         # the sentinels themselves are asked in plain text
         data["ssl"] = True
         data.update({k: v for k, v in parts.items() if k.startswith("ssl_")})
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
         parse_sentinels(sentinels),
         sentinel_kwargs={"socket_connect_timeout": connect_timeout_s, "socket_timeout": 2.0},
         max_connections=REDIS_MAX_CONNECTIONS,
