@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 from aio_pika.abc import AbstractIncomingMessage
 
@@ -53,7 +54,7 @@ from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
 from mesh.schemas import TaskEnvelope, new_id
 from mesh.topology import redacts_decisions
-from mesh.wire import BandedSubscriber
+from mesh.wire import BandedSubscriber, OutageBackoff, held_through_outages
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class RouterService(Lifecycle):
         self.deps: RouterDeps | None = None
         self._intake_sub: BandedSubscriber | None = None
         self._reaper_task: asyncio.Task[None] | None = None
+        #: the pause between tries of a delivery an outage holds (`_on_message`)
+        self._hold = OutageBackoff()
 
     # --- counters (read by `mesh.metrics` at scrape time) ----------------------------------
     @property
@@ -199,30 +202,41 @@ class RouterService(Lifecycle):
             await self._on_message(message)
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        """One delivery of the router queue; `RouterSettler` settles it (outage, bug)."""
-        await self.route(
-            Delivery(
-                message.body,
-                message.headers or {},
-                message.routing_key or "",
-                redelivered=bool(message.redelivered),
-                received=time.perf_counter(),
-                reply_to=message.reply_to,
-                correlation_id=message.correlation_id,
-                user_id=message.user_id,
-                priority=message.priority or 0,
-            )
+        """One delivery of the router queue; `RouterSettler` settles it (outage, bug).
+
+        An outage holds it, routed again in place as a redelivery (`held_through_outages`),
+        rather than requeueing it at once: a quorum router queue's delivery limit must not
+        be spent by an agent queue's leader election or a Redis restart."""
+        delivery = Delivery(
+            message.body,
+            message.headers or {},
+            message.routing_key or "",
+            redelivered=bool(message.redelivered),
+            received=time.perf_counter(),
+            reply_to=message.reply_to,
+            correlation_id=message.correlation_id,
+            user_id=message.user_id,
+            priority=message.priority or 0,
         )
 
-    async def route(self, delivery: Delivery) -> None:
+        async def attempt(again: bool) -> None:
+            if again:  # charged to its sender once
+                await self.route(replace(delivery, redelivered=True), charge=False)
+            else:
+                await self.route(delivery)
+
+        await held_through_outages(attempt, message, self._hold, what="tasks")
+
+    async def route(self, delivery: Delivery, *, charge: bool = True) -> None:
         """Route one body from the router queue (from ingress, or back from an agent queue).
 
         The agent is chosen first (pure CPU), then the task is recorded with its whole path
         (``submitted -> routing -> dispatched``) in one Redis step, then it is published.
+        `charge`: count it against its sender's ingress budget (not when routed again).
         """
         if self.deps is None:
             raise RuntimeError("RouterService.start() was not awaited")
-        if not await self._intake.within_budget(delivery):
+        if charge and not await self._intake.within_budget(delivery):
             return
         envelope = await self._intake.decode(delivery)
         if envelope is None:

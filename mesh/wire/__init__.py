@@ -18,6 +18,7 @@ from mesh.wire.consume import (
     Unreadable,
     each_event,
     events_of,
+    held_through_outages,
     is_batch,
 )
 
@@ -39,5 +40,6 @@ __all__ = [
     "Unreadable",
     "each_event",
     "events_of",
+    "held_through_outages",
     "is_batch",
 ]

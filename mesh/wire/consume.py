@@ -71,6 +71,11 @@ SETTLE_TIMEOUT_S = 5.0
 OUTAGE_BACKOFF_S = 0.05
 #: the longest hold before an outage's requeue
 OUTAGE_BACKOFF_MAX_S = 2.0
+#: how long `held_through_outages` keeps one delivery, retrying it in place, before its
+#: outage requeues it: on a quorum queue (RabbitMQ before 4.3) every requeue counts against
+#: the queue's delivery limit, which a requeue per backoff spends within seconds (one
+#: leader election), and the broker then drops the message
+OUTAGE_HOLD_S = 30.0
 
 
 async def settle_quietly(action: Awaitable[object]) -> bool:
@@ -171,6 +176,51 @@ class OutageBackoff:
 
     def reset(self) -> None:
         self.outages = 0
+
+
+def channel_open(message: AbstractIncomingMessage) -> bool:
+    """Is the channel `message` came on still open (can it still be settled)?"""
+    try:
+        return not message.channel.is_closed
+    except aiormq.exceptions.ChannelInvalidStateError:
+        return False
+
+
+async def held_through_outages(
+    attempt: Callable[[bool], Awaitable[None]],
+    message: AbstractIncomingMessage,
+    backoff: OutageBackoff,
+    *,
+    what: str,
+    hold_s: float = OUTAGE_HOLD_S,
+) -> None:
+    """Run ``attempt(again)`` (``again``: False the first time) until it ends without an
+    outage, holding `message` meanwhile: after each outage it waits `backoff`'s next delay
+    and tries again in place, as a redelivery would, while the message's channel is open
+    and for at most `hold_s`. Then the outage is raised, for the settler to requeue.
+
+    The handler of a delivery that must not spend its queue's delivery limit on outages
+    (the router's) runs through this; a lost channel raises at once (the broker returns
+    the message itself)."""
+    end = asyncio.get_running_loop().time() + hold_s
+    again = False
+    while True:
+        try:
+            await attempt(again)
+        except TRANSIENT_ERRORS as exc:
+            delay = backoff.next_s()
+            if asyncio.get_running_loop().time() + delay > end or not channel_open(message):
+                raise
+            level = logging.DEBUG if again or connection_failure(exc) else logging.WARNING
+            logger.log(level, "%s: one held through an outage (%r); retried in place", what, exc)
+            await asyncio.sleep(delay)
+            if not channel_open(message):  # closed meanwhile (a shutdown): the broker has it
+                raise
+            again = True
+        else:
+            if again:
+                backoff.reset()
+            return
 
 
 class NoAck:
@@ -475,6 +525,7 @@ class Subscriber(Lifecycle):
 __all__ = [
     "OUTAGE_BACKOFF_MAX_S",
     "OUTAGE_BACKOFF_S",
+    "OUTAGE_HOLD_S",
     "SETTLE_TIMEOUT_S",
     "AckAfter",
     "AckBatched",
@@ -488,8 +539,10 @@ __all__ = [
     "SettlePolicy",
     "Subscriber",
     "Unreadable",
+    "channel_open",
     "each_event",
     "events_of",
+    "held_through_outages",
     "is_batch",
     "settle_quietly",
 ]

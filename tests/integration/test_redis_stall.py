@@ -45,10 +45,14 @@ return 1
 """
 
 
-@pytest.fixture
-def settings(namespace: str) -> Settings:
-    # the default lease (15 s) outlives the stall; beats every 2 s renew it during it
-    return Settings.from_env(namespace=namespace, heartbeat_s=2.0, lease_ttl_s=15.0)
+@pytest.fixture(params=["classic", "quorum"])
+def settings(namespace: str, request: pytest.FixtureRequest) -> Settings:
+    # the default lease (15 s) outlives the stall; beats every 2 s renew it during it. In
+    # quorum mode every requeue counts against the router queue's delivery limit (5): a
+    # router that requeued the request sent into the stall at each BUSY lost it
+    return Settings.from_env(
+        namespace=namespace, heartbeat_s=2.0, lease_ttl_s=15.0, queue_type=request.param
+    )
 
 
 def echo_agent() -> Agent:
