@@ -21,7 +21,8 @@ A request needs a router: before publishing, the client asks the broker whether 
 consumes the router queue (`mesh.router_watch`, a count above zero believed for 3 s) and,
 while a request waits, asks again every `ROUTER_RECHECK_S`. With none, a task that one of
 the caller's local rules (`mesh.local_rules`) matches goes straight to that rule's agent
-(``route.strategy="local_rule"``); any other fails at once with `NoRouter` instead of
+(``route.strategy="local_rule"``); any other fails with `NoRouter` once the broker said
+"none" for a second in a row (a router failing over is uncounted for a moment), instead of
 waiting out its timeout.
 """
 
@@ -346,6 +347,8 @@ class MeshClient(Lifecycle):
             NoRouter: no router, and no local rule takes the task (nothing was published).
         """
         if self.wait_for_router or await self.watch.routers() != 0:
+            return await self.submit(envelope)
+        if not await self.watch.absent():  # a router failing over is back, or unknown
             return await self.submit(envelope)
         agent_id = self.local_rules.match(envelope.capability)
         if agent_id is None:

@@ -1,6 +1,6 @@
 """`mesh request TEXT`: send one task and print its Result.
 
-With no router consuming the router queue it fails at once (`mesh.NoRouter`, the
+With no router consuming the router queue it fails within a second (`mesh.NoRouter`, the
 library's check; ``MESH_LOCAL_RULES`` sends a matching task straight to its agent instead);
 while it waits it prints a progress line every few seconds.
 """

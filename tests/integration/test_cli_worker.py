@@ -97,7 +97,7 @@ async def test_worker_hosts_every_agent_of_a_module(
     _spawn(processes, ["router"], ROOT, ns, tmp_path / "router.err")
     worker = _spawn(processes, ["worker", "my_agents:*"], agent_dir, ns, tmp_path / "worker.err")
     await wait_until(lambda: _live(conn, {"cli.echo", "cli.shout"}), timeout=60, interval=0.2)
-    # a request with no router consuming fails at once (`mesh.NoRouter`): wait for it
+    # a request with no router consuming fails within a second (`mesh.NoRouter`): wait for it
     watch = RouterWatch(conn)
     await wait_until(lambda: watch.routers(fresh=True), timeout=60, interval=0.2)
     await watch.close()

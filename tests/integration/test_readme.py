@@ -58,7 +58,7 @@ def test_the_agent_and_client_examples_run_as_printed(folder: Path, env: dict[st
         ),
     ]
     try:
-        # with no router consuming, a request fails at once (`mesh.NoRouter`): wait for the
+        # with no router consuming, a request fails within a second (`mesh.NoRouter`): wait for the
         # router to load its model, as `mesh health router` tells; a worker still
         # registering only makes the example wait longer
         _wait_for_router(folder, env)

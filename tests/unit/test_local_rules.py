@@ -124,3 +124,36 @@ async def test_waiting_requests_share_one_recent_answer_whatever_it_said() -> No
     assert await watch.read(max_age_s=0.75) == RouterQueue(0, 5) and watch.asked == 1
     watch.time = 0.75
     assert await watch.read(max_age_s=0.75) == RouterQueue(0, 6) and watch.asked == 2
+
+
+class TickingWatch(ScriptedWatch):
+    """A scripted watch whose clock moves on by `step` with every question it asks."""
+
+    def __init__(self, answers: list[RouterQueue | Exception], step: float = 0.25) -> None:
+        super().__init__(answers)
+        self.confirm_s, self.recheck_s = 1.0, 0.0
+        self.step = step
+
+    async def _read(self) -> RouterQueue:
+        self.time += self.step
+        return await super()._read()
+
+
+async def test_no_router_is_believed_once_zero_held_for_the_confirm_time() -> None:
+    watch = TickingWatch([RouterQueue(0, 0)] * 6)
+    assert await watch.absent() is True
+    assert watch.asked == 5  # zero at 0.25, 0.5, 0.75, 1.0, 1.25: held for 1.0 s
+    assert await watch.absent() is True and watch.asked == 6  # confirmed: one more look
+
+
+async def test_a_router_back_within_the_confirm_time_is_not_absent() -> None:
+    # a router failing over to another node: uncounted for two looks, then back
+    watch = TickingWatch([RouterQueue(0, 2), RouterQueue(0, 3), RouterQueue(1, 0)])
+    assert await watch.absent() is False and watch.asked == 3
+
+
+async def test_no_answer_is_not_absent_and_restarts_the_confirmation() -> None:
+    watch = TickingWatch([RouterQueue(0, 0), RouterQueue(0, 0), ConnectionError("away")])
+    assert await watch.absent() is False and watch.asked == 3
+    watch.answers = [RouterQueue(0, 0)] * 5
+    assert await watch.absent() is True and watch.asked == 8  # counted again from zero
