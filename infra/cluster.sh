@@ -11,6 +11,8 @@
 #   bash infra/cluster.sh kill N      # SIGKILL node N (1-3): a crash
 #   bash infra/cluster.sh stop-app N  # rabbitmqctl stop_app on node N: the VM stays up
 #   bash infra/cluster.sh restart N   # bring node N back (after kill or stop-app)
+#   bash infra/cluster.sh queues [N]  # each queue's type, leader, consumers and messages, as
+#                                     # node N (default: the first that answers) sees them
 #
 #   eval "$(bash infra/cluster.sh start)"   # then every `mesh` command uses the cluster
 #
@@ -309,6 +311,17 @@ cmd_restart() {
   say "$(node_name "$n") is back"
 }
 
+cmd_queues() { # cmd_queues [N]: list_queues as node N (or the first node that answers)
+  local n candidates=("${1:-1}")
+  [ -n "${1:-}" ] || candidates=("${NODES[@]}")
+  for n in "${candidates[@]}"; do
+    if ctl "$n" list_queues name type leader consumers messages_ready messages_unacknowledged 2>/dev/null; then
+      return
+    fi
+  done
+  die "no node answered list_queues"
+}
+
 SBIN=$(find_sbin)
 case "${1:-}" in
   start) cmd_start ;;
@@ -327,8 +340,11 @@ case "${1:-}" in
     check_node_arg "${2:-}"
     cmd_restart "$2"
     ;;
+  queues)
+    cmd_queues "${2:-}"
+    ;;
   *)
-    echo "usage: $0 start|stop|status|urls|kill N|stop-app N|restart N" >&2
+    echo "usage: $0 start|stop|status|urls|kill N|stop-app N|restart N|queues [N]" >&2
     exit 2
     ;;
 esac

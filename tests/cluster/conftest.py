@@ -38,13 +38,15 @@ class Cluster:
         assert port is not None
         return port - BASE_PORT
 
-    async def run(self, *args: str) -> None:
-        """``infra/cluster.sh ARGS`` (kill N, restart N, stop-app N...); fails on an error."""
+    async def run(self, *args: str) -> str:
+        """``infra/cluster.sh ARGS`` (kill N, restart N, stop-app N, queues...); fails on an
+        error; returns what it printed."""
         proc = await asyncio.create_subprocess_exec(
             "bash", str(CLUSTER_SH), *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         out, err = await proc.communicate()
         assert proc.returncode == 0, f"cluster.sh {' '.join(args)}: {err.decode()}{out.decode()}"
+        return out.decode()
 
     def settings(self, namespace: str, node: int = 1, **overrides: object) -> Settings:
         return Settings.from_env(

@@ -75,7 +75,7 @@ async def test_node_kills_under_load_lose_and_double_nothing(
         "router": 2,
         "worker": 3,
     }
-    await start_router(router_conn, add_cleanup)
+    router = await start_router(router_conn, add_cleanup)
     agent = effect_agent(worker_conn)
     agent.max_concurrency = 16
     await start_worker(worker_conn, add_cleanup, agent)
@@ -135,6 +135,18 @@ async def test_node_kills_under_load_lose_and_double_nothing(
         f"{sum(1 for e in effects if e != b'1')} side effects not exactly once"
     )
     print(summary)
+    if errors:  # what the broker and the router said, to tell a stale count from a stop
+        listing = await cluster.run("queues")
+        ours = [line for line in listing.splitlines() if settings.namespace in line]
+        intake = router._intake_sub
+        subs = [] if intake is None else intake.subscribers
+        summary += (
+            f"; router handled {router.handled}, its intake consuming "
+            f"{[s.consuming for s in subs]}, channels closed "
+            f"{[s._channel.is_closed if s._channel else None for s in subs]}, "
+            f"delivered {[s.delivered for s in subs]}; queues (name type leader consumers "
+            f"ready unacked): {ours}"
+        )
     assert probe.status == "completed", summary
     assert not errors, summary
     assert statuses == {"completed": TASKS}, summary

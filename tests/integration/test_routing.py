@@ -403,13 +403,20 @@ async def test_outcomes_reach_only_the_dispatching_router_and_its_counts_the_oth
         assert [r.status for r in results] == ["completed"] * len(texts)
         assert {r.route.router for r in results if r.route} == {first.outcome_tag}
         want = {"refunds": 3, "logistics": 3}
-        await wait_until(
-            lambda: (
-                {a: first.ledger.completed(a) for a in want} == want
-                and {a: second.ledger.completed(a) for a in want} == want
-            ),
-            timeout=30,
-        )
+
+        def counted() -> dict[str, dict[str, int]]:
+            return {
+                "first": {a: first.ledger.completed(a) for a in want},
+                "second": {a: second.ledger.completed(a) for a in want},
+            }
+
+        try:
+            await wait_until(lambda: counted() == {"first": want, "second": want}, timeout=30)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}: counted {counted()}, second applied {second.keeper.counts_applied} "
+                f"route.counts, first took {first.keeper.outcome_events} outcomes"
+            ) from None
         assert first.keeper.outcome_events == len(texts)
         assert second.keeper.outcome_events == 0  # none of the first router's outcomes
         assert second.keeper.counts_applied >= 1
