@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import aio_pika.exceptions
+
 from mesh.client import MeshClient
 from mesh.config import Settings
 from mesh.connection import MeshConnection, connect
@@ -42,6 +44,7 @@ from mesh.registry.state import load_state
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.schemas import now_ms
 from mesh.schemas.codec import dumps
+from mesh.tasks import raise_if_cancelling
 
 #: how long the team may take to register, and the router to load its model
 START_TIMEOUT_S = 120.0
@@ -139,6 +142,9 @@ async def wait_for(
     """Poll `fact` until it holds; fail at once when a process of the fleet died."""
     end = time.monotonic() + timeout
     while not await _holds(fact):
+        # Ctrl-C cancels the demo; a cancel landing in a broker call can come out as a
+        # closed channel (or not at all), and the demo then ran on to its end and exited 0
+        raise_if_cancelling()
         died = fleet.died()
         if died:
             name, code = next(iter(died.items()))
@@ -179,7 +185,7 @@ async def _consumers(conn: MeshConnection, queue: str) -> int:
     try:
         declared = await channel.declare_queue(queue, passive=True)
         return int(declared.declaration_result.consumer_count or 0)
-    except Exception:  # the queue is not declared yet: no consumer
+    except aio_pika.exceptions.ChannelNotFoundEntity:  # not declared yet: no consumer
         return 0
     finally:
         if not channel.is_closed:
