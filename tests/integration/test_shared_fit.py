@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mesh.client import MeshClient
+from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.router.embedding import Embedder
 from mesh.router.selector import SemanticSelector
@@ -22,6 +23,15 @@ AGENTS = [
     agent("logistics", "Tracks parcels and deliveries.", ["where is my package"]),
     agent("presales", "Answers questions before a purchase.", ["is the blue one in stock"]),
 ]
+
+
+@pytest.fixture
+def settings(namespace: str) -> Settings:
+    # the fits' CPU budget (10 % of a core over a minute) is not what this test is about:
+    # on a loaded core three fits can spend it, and the next waits out the window
+    return Settings.from_env(
+        namespace=namespace, heartbeat_s=0.5, lease_ttl_s=1.5, refit_cpu_share=1.0
+    )
 
 
 async def test_the_second_router_installs_the_first_routers_head(
