@@ -446,6 +446,16 @@ class Topology:
         return f"dead.{reason}"
 
     # --- specs -----------------------------------------------------------------------------
+    def last_delivery(self, redelivered: bool, headers: Mapping[str, Any] | None) -> bool:
+        """Is this delivery of one of this namespace's quorum queues its last? The broker
+        drops the message (no dead-letter route on the router queues) once it comes back
+        again. ``x-delivery-count`` is the queue's own count only on a redelivery (a first
+        delivery can carry another queue's, dead-lettered with it, or a sender's)."""
+        if self.queue_type != "quorum" or not redelivered or not headers:
+            return False
+        count = headers.get("x-delivery-count")
+        return isinstance(count, int) and count >= self.delivery_limit
+
     def _queue_args(self) -> dict[str, Any]:
         if self.queue_type == "quorum":
             return {"x-queue-type": "quorum", "x-delivery-limit": self.delivery_limit}

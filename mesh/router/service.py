@@ -55,6 +55,7 @@ from mesh.router.settle import RouterSettler
 from mesh.schemas import TaskEnvelope, new_id
 from mesh.topology import redacts_decisions
 from mesh.wire import BandedSubscriber, OutageBackoff, held_through_outages
+from mesh.wire.consume import OUTAGE_HOLD_S
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +95,10 @@ class RouterService(Lifecycle):
         self.deps: RouterDeps | None = None
         self._intake_sub: BandedSubscriber | None = None
         self._reaper_task: asyncio.Task[None] | None = None
-        #: the pause between tries of a delivery an outage holds (`_on_message`)
+        #: the pause between tries of a delivery an outage holds (`_on_message`), and how
+        #: long it may be held before it is requeued
         self._hold = OutageBackoff()
+        self.outage_hold_s = OUTAGE_HOLD_S
 
     # --- counters (read by `mesh.metrics` at scrape time) ----------------------------------
     @property
@@ -206,7 +209,8 @@ class RouterService(Lifecycle):
 
         An outage holds it, routed again in place as a redelivery (`held_through_outages`),
         rather than requeueing it at once: a quorum router queue's delivery limit must not
-        be spent by an agent queue's leader election or a Redis restart."""
+        be spent by an agent queue's leader election or a Redis restart. Its last delivery
+        under that limit is ended instead of routed (`Endings.spent`): nothing is dropped."""
         delivery = Delivery(
             message.body,
             message.headers or {},
@@ -218,6 +222,9 @@ class RouterService(Lifecycle):
             user_id=message.user_id,
             priority=message.priority or 0,
         )
+        if self.topology.last_delivery(bool(message.redelivered), message.headers):
+            await self._endings.spent(delivery)  # the broker would drop it next time
+            return
 
         async def attempt(again: bool) -> None:
             if again:  # charged to its sender once
@@ -225,7 +232,9 @@ class RouterService(Lifecycle):
             else:
                 await self.route(delivery)
 
-        await held_through_outages(attempt, message, self._hold, what="tasks")
+        await held_through_outages(
+            attempt, message, self._hold, what="tasks", hold_s=self.outage_hold_s
+        )
 
     async def route(self, delivery: Delivery, *, charge: bool = True) -> None:
         """Route one body from the router queue (from ingress, or back from an agent queue).

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis.exceptions
 
 from mesh import MeshClient
 from mesh.config import Settings
@@ -62,4 +63,35 @@ async def test_poison_message_ends_through_the_delivery_limit(
     assert result.status == "unroutable"
     assert deliveries == conn.settings.delivery_limit + 1
     dead = await drain_queue(conn, topology.dead_queue("unroutable"))
+    assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [result.task_id]
+
+
+async def test_a_task_held_by_an_outage_past_the_delivery_limit_is_ended_not_dropped(
+    conn: MeshConnection, add_cleanup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every try of the router meets an outage (Redis away, injected), so each delivery is
+    held, then requeued, which a quorum queue counts; the last delivery the limit allows
+    is not routed but ended: `failed` / `delivery_limit`, answered, in ``dead.retries``.
+    Without this, RabbitMQ drops the message on its next return (no dead-letter route)."""
+    router = await start_router(conn, add_cleanup)
+    router.outage_hold_s = 0.05
+    tries: list[bool] = []
+
+    async def away(delivery: Any, *, charge: bool = True) -> None:
+        tries.append(delivery.redelivered)
+        raise redis.exceptions.ConnectionError("Redis is away (injected)")
+
+    monkeypatch.setattr(router, "route", away)
+    limit = conn.settings.delivery_limit
+    async with MeshClient(conn) as client:
+        result = await client.request("do", target="effect", wait_s=30, timeout_ms=60_000)
+    assert result.status == "failed", result
+    assert result.error is not None and result.error.code == "delivery_limit"
+    assert result.error.details == {"deliveries": limit}
+    intake = router._intake_sub
+    assert intake is not None
+    # deliveries 0 .. limit - 1 were tried (held, requeued); the last one was not tried
+    assert sum(s.delivered for s in intake.subscribers) == limit + 1
+    assert tries[0] is False and len(tries) >= limit and all(tries[1:])
+    dead = await drain_queue(conn, conn.topology.dead_queue("retries"))
     assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [result.task_id]
