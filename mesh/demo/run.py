@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -358,12 +359,19 @@ def run_demo(
     fleet = Fleet(root, env, log_dir)
     print(f"demo: namespace {settings.namespace}; process logs in {log_dir}", flush=True)
     team, skipped = prepare_team(scenario.TEAM, root)
+    code = 1
     try:
-        return asyncio.run(
+        code = asyncio.run(
             _demo(settings, team, skipped, scenario, fleet, quick, json_path, cleanup)
         )
+        return code
     finally:
         fleet.stop()  # Ctrl-C, or a failure before the summary: no process outlives us
+        if code == 0 and cleanup:
+            # its namespace is gone and every expectation was met: nothing to read there
+            # (a failed or kept run keeps them, one folder per namespace)
+            shutil.rmtree(log_dir, ignore_errors=True)
+            print(f"demo: process logs removed ({log_dir}; --keep keeps them)", flush=True)
         sys.stdout.flush()
 
 

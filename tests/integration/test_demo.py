@@ -103,7 +103,8 @@ async def test_the_quick_demo_meets_every_expectation(namespace: str, tmp_path: 
         }
         assert "route  cs.orders" in done.stdout  # decisions printed as they happen
         # the knowledge base answered through the HTTP bridge: its endpoint saw each task
-        backend_log = (ROOT / ".demo-logs" / namespace / "knowledge-backend.log").read_text()
+        logs = ROOT / ".demo-logs" / namespace  # kept: a --namespace of the caller's
+        backend_log = (logs / "knowledge-backend.log").read_text()
         knowledge = [o for o in summary["outcomes"] if o["agent_id"] == "cs.knowledge"]
         assert knowledge and all(o["ok"] for o in knowledge)
         assert all(f"task_id={o['task_id']} " in backend_log for o in knowledge)
@@ -130,6 +131,7 @@ async def test_the_quick_demo_meets_every_expectation(namespace: str, tmp_path: 
     finally:
         async with await connect(Settings.from_env(namespace=namespace), name="test-demo") as c:
             await clear_namespace(c)
+        shutil.rmtree(ROOT / ".demo-logs" / namespace, ignore_errors=True)
 
 
 def test_the_demo_outside_a_checkout_says_so_in_one_line(tmp_path: Path) -> None:
@@ -170,6 +172,7 @@ def test_ctrl_c_stops_every_process_of_the_demo(namespace: str, tmp_path: Path) 
             demo.kill()
             demo.wait()
         demo.stdout.close()
+        shutil.rmtree(ROOT / ".demo-logs" / namespace, ignore_errors=True)  # interrupted: kept
 
 
 def _children_of(pid: int) -> list[int]:
