@@ -55,6 +55,7 @@ MODULES = (
     "tests/integration/test_dispatch_invalid.py",
     "tests/integration/test_dispatch_started.py",
     "tests/integration/test_dispatch_retry_topic.py",
+    "tests/integration/test_dispatch_quorum.py",
     "tests/integration/test_dispatch_routers.py",
     "tests/integration/test_worker_bad_output.py",
     "tests/integration/test_dlq.py",
