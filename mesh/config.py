@@ -243,7 +243,8 @@ class Settings(BaseModel):
     #: ``quorum``: replicated queues; ``classic``: single node (either way one queue per
     #: priority band, drained by MESH_PRIORITY_WEIGHTS)
     queue_type: Literal["classic", "quorum"] = "classic"
-    #: quorum queues end a poison message after this many deliveries
+    #: quorum queues end a poison message after this many deliveries (an agent queue's goes
+    #: back to a router, which reroutes it; a router queue's last is answered `delivery_limit`)
     delivery_limit: int = Field(default=5, ge=1)
     #: ``apply``: each component declares what it uses (development); ``passive``: the admin
     #: applied the topology (`mesh topology apply`), components only check it is there
