@@ -445,7 +445,6 @@ class Topology:
     def dead_key(self, reason: DeadReason) -> str:
         return f"dead.{reason}"
 
-    # --- specs -----------------------------------------------------------------------------
     def last_delivery(self, redelivered: bool, headers: Mapping[str, Any] | None) -> bool:
         """Is this delivery of one of this namespace's quorum queues its last? The broker
         drops the message (no dead-letter route on the router queues) once it comes back
@@ -456,6 +455,7 @@ class Topology:
         count = headers.get("x-delivery-count")
         return isinstance(count, int) and count >= self.delivery_limit
 
+    # --- specs -----------------------------------------------------------------------------
     def _queue_args(self) -> dict[str, Any]:
         if self.queue_type == "quorum":
             return {"x-queue-type": "quorum", "x-delivery-limit": self.delivery_limit}

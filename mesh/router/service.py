@@ -54,8 +54,7 @@ from mesh.router.returns import Returns
 from mesh.router.settle import RouterSettler
 from mesh.schemas import TaskEnvelope, new_id
 from mesh.topology import redacts_decisions
-from mesh.wire import BandedSubscriber, OutageBackoff, held_through_outages
-from mesh.wire.consume import OUTAGE_HOLD_S
+from mesh.wire import OUTAGE_HOLD_S, BandedSubscriber, OutageBackoff, held_through_outages
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +221,7 @@ class RouterService(Lifecycle):
             user_id=message.user_id,
             priority=message.priority or 0,
         )
-        if self.topology.last_delivery(bool(message.redelivered), message.headers):
+        if self.topology.last_delivery(delivery.redelivered, delivery.headers):
             await self._endings.spent(delivery)  # the broker would drop it next time
             return
 

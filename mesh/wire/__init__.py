@@ -4,6 +4,7 @@ the one reader of the events exchange's deliveries (an event or a batch)."""
 
 from mesh.wire.bands import BandedSubscriber, BandGate, BandHandler
 from mesh.wire.consume import (
+    OUTAGE_HOLD_S,
     AckAfter,
     AckBatched,
     BugAction,
@@ -23,6 +24,7 @@ from mesh.wire.consume import (
 )
 
 __all__ = [
+    "OUTAGE_HOLD_S",
     "AckAfter",
     "AckBatched",
     "BandGate",

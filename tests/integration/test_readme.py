@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -131,3 +132,7 @@ def test_the_quick_start_demo_runs(env: dict[str, str]) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "expectations in" in done.stdout and "all met" in done.stdout
+    # a clean run of its own namespace leaves no process logs behind
+    removed = re.search(r"demo: process logs removed \((\S+);", done.stdout)
+    assert removed is not None, done.stdout[-2000:]
+    assert not Path(removed.group(1)).exists()
