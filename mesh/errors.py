@@ -206,6 +206,11 @@ class RedisFunctionsMissing(MeshError, LookupError):
         )
 
 
+class FitInterrupted(MeshError):
+    """A head fit given up part way: it was asked to yield (the load it waited out came
+    back), so what it fitted so far is dropped."""
+
+
 __all__ = [
     "AccessError",
     "CalibrationDataError",
@@ -213,6 +218,7 @@ __all__ = [
     "ContextNotFound",
     "DownstreamBusy",
     "EffectUnknown",
+    "FitInterrupted",
     "HumanTaskError",
     "ManagementRequestFailed",
     "MeshError",

@@ -105,6 +105,7 @@ def router_families(routers: list[Any]) -> Iterator[Metric]:
     yield family("embed_texts", sum(s.batcher.texts for s in selectors))
     yield family("refits", sum(s.keeper.fits for s in selectors))
     yield family("refit_cpu", sum(s.keeper.fit_cpu_s for s in selectors))
+    yield family("refits_yielded", sum(s.keeper.fits_yielded for s in selectors))
 
 
 def live_families(agents: Iterable[Any]) -> Iterator[Metric]:

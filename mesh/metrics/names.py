@@ -117,6 +117,9 @@ SCRAPED: Mapping[str, Family] = {
     "embed_texts": _f("embedding_texts", "counter", "Query texts embedded in micro-batches"),
     "refits": _f("index_refits", "counter", "Head refits of the capability index"),
     "refit_cpu": _f("index_refit_cpu_seconds", "counter", "CPU seconds spent in head refits"),
+    "refits_yielded": _f(
+        "index_refits_yielded", "counter", "Full head refits given up because the load came back"
+    ),
     # registry (`RegistryService.stats`)
     "registrations": _f("registry_registrations", "counter", "Registrations granted a lease"),
     "heartbeats": _f("registry_heartbeats", "counter", "Heartbeats applied"),

@@ -11,17 +11,30 @@ the fitted parts enter the similarity.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["FitConfig", "FitResult", "Head", "fit_member", "fit_outputs", "fit_snapshot", "unit"]
+from mesh.errors import FitInterrupted
+
+__all__ = [
+    "FitConfig",
+    "FitResult",
+    "Head",
+    "Yield",
+    "fit_member",
+    "fit_outputs",
+    "fit_snapshot",
+    "unit",
+]
 
 logger = logging.getLogger(__name__)
 
 F32 = NDArray[np.float32]
+#: asked between the steps of a fit: True gives the fit up (`FitInterrupted`)
+Yield = Callable[[], bool]
 
 
 def unit(rows: F32) -> F32:
@@ -114,6 +127,8 @@ def fit_snapshot(
     requests: Sequence[F32],
     dim: int,
     cfg: FitConfig,
+    *,
+    yields: Yield | None = None,
 ) -> FitResult:
     """Genre means, then the head over all agents on their own centred texts.
 
@@ -144,7 +159,9 @@ def fit_snapshot(
     owner = np.repeat(np.arange(n), [len(r) for r in requests])
     x = np.concatenate([cap_c, req_c])
     y = np.concatenate([np.arange(n), owner])
-    members = [fit_member(x, y, n, cfg, seed=cfg.seed + m) for m in range(cfg.members)]
+    members = [
+        fit_member(x, y, n, cfg, seed=cfg.seed + m, yields=yields) for m in range(cfg.members)
+    ]
     head = Head(
         hidden_weights=np.stack([m[0] for m in members]),
         hidden_biases=np.stack([m[1] for m in members]),
@@ -155,10 +172,20 @@ def fit_snapshot(
 
 
 def fit_member(
-    x: F32, y: NDArray[np.int64], n: int, cfg: FitConfig, *, seed: int
+    x: F32,
+    y: NDArray[np.int64],
+    n: int,
+    cfg: FitConfig,
+    *,
+    seed: int,
+    yields: Yield | None = None,
 ) -> tuple[F32, F32, F32, F32]:
     """One network ``relu(x W1 + b1) W2 + b2`` fitted with Adam and hidden dropout on
-    mini-batches. Returns ``W1 (dim, hidden), b1, W2 (hidden, n), b2``."""
+    mini-batches. Returns ``W1 (dim, hidden), b1, W2 (hidden, n), b2``.
+
+    Raises:
+        FitInterrupted: `yields` answered True before a step (asked before each one).
+    """
     rng = np.random.default_rng(seed)
     dim, hidden = x.shape[1], cfg.hidden
     params = [
@@ -174,6 +201,8 @@ def fit_member(
     size = min(cfg.batch, len(x))
     rows = np.arange(size)
     for t in range(1, cfg.steps + 1):
+        if yields is not None and yields():
+            raise FitInterrupted(f"fit given up at step {t} of {cfg.steps}")
         pick = rng.choice(len(x), size=size, replace=False)
         xb = x[pick]
         pre = xb @ params[0]

@@ -52,7 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.router.embedding import Embedder
-from mesh.router.fitting import FitConfig, FitResult, fit_snapshot, unit
+from mesh.router.fitting import FitConfig, FitResult, Yield, fit_snapshot, unit
 from mesh.router.head import HeadTable
 from mesh.router.lexical import LexicalIndex
 from mesh.router.rows import grow_rows, move_row
@@ -578,8 +578,9 @@ class CapabilityIndex:
         """`fit_directions` then `apply_fit`, in the caller's thread; False when skipped."""
         return self.apply_fit(self.fit_directions())
 
-    def fit_directions(self) -> FitResult:
-        """Genre means and the head over every agent's texts, from a snapshot.
+    def fit_directions(self, *, yields: Yield | None = None) -> FitResult:
+        """Genre means and the head over every agent's texts, from a snapshot (`yields`:
+        asked between steps, True gives the fit up: `FitInterrupted`).
 
         Pure: reads the index, never mutates it, so it may run in a worker thread while
         the event loop keeps adding, removing and learning (entries' arrays are replaced,
@@ -594,6 +595,7 @@ class CapabilityIndex:
             [e.requests() for e in entries],
             self.dim,
             self.fit_config,
+            yields=yields,
         )
 
     def apply_fit(self, result: FitResult) -> bool:

@@ -10,9 +10,11 @@
   learned it announces it with its vector (``route.learned``), so the other routers apply
   the same slot without a Redis read or an embedding. A memory is read whole only when an
   agent joins and after counted feedback.
-- Head refits (`Refitter`) run in a worker thread, never on the event loop, only when agents
-  or memories changed, within ``refit_cpu_share`` of one core over any minute; one router
-  fits for the mesh and the others install its head (``route.fitted``).
+- Head refits (`Refitter`) run in a worker thread, never on the event loop, beside the
+  upkeep (which goes on meanwhile), only when agents or memories changed, within
+  ``refit_cpu_share`` of one core over any minute; a fit of the settled index gives way
+  when the load comes back; one router fits for the mesh and the others install its head
+  (``route.fitted``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ class IndexKeeper:
         #: set whenever the index took in a registry change
         self.synced = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        #: the head fit running beside the loop (None: none)
+        self._fit_task: asyncio.Task[None] | None = None
         self.subscriber = Subscriber(
             conn,
             self._declare,
@@ -149,10 +153,12 @@ class IndexKeeper:
         return queue
 
     async def close(self) -> None:
-        task, self._loop_task = self._loop_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        self.refitter.close()
+        for task in (self._loop_task, self._fit_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._loop_task = self._fit_task = None
         await self.subscriber.close()
         with contextlib.suppress(Exception):
             await self._flush(force=True)  # what was queued still reaches Redis
@@ -164,6 +170,10 @@ class IndexKeeper:
     @property
     def fit_cpu_s(self) -> float:
         return self.refitter.fit_cpu_s
+
+    @property
+    def fits_yielded(self) -> int:
+        return self.refitter.fits_yielded
 
     # --- reads for the selector ------------------------------------------------------------
     def is_live(self, agent_id: str) -> bool:
@@ -287,14 +297,28 @@ class IndexKeeper:
                     last_stats = time.monotonic()
                 elif self._stats_due:
                     self._refresh_stats(self._take_stats_due())
-                full = self.refitter.plan(time.monotonic())
+                full = None if self._fit_task else self.refitter.plan(time.monotonic())
                 if full is not None:
-                    await self.refitter.refit(full)
+                    self._fit_task = asyncio.create_task(
+                        self._refit(full), name=f"refit-{self.keeper_id}"
+                    )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 if not self.conn.outages.report(exc, what="the index upkeep"):
                     logger.error("index upkeep failed; retrying next round", exc_info=True)
+
+    async def _refit(self, full: bool) -> None:
+        """A head fit beside the loop, which keeps writing records and learning meanwhile
+        (the changes it makes are what tells a fit of the settled index to give way)."""
+        try:
+            await self.refitter.refit(full)
+        except Exception as exc:
+            if not self.conn.outages.report(exc, what="a head refit"):
+                logger.error("head refit failed; fitting again next round", exc_info=True)
+        finally:
+            self._fit_task = None
+            self._wake.set()
 
     # --- memories --------------------------------------------------------------------------
     async def _load_memories(self) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mesh.config import Settings
+from mesh.errors import FitInterrupted
 from mesh.messaging import Publisher
 from mesh.outage import report as report_outage
 from mesh.router.fitting import FitResult, fit_outputs
@@ -81,6 +82,9 @@ class Refitter:
         self.full_fits = 0
         self.fit_cpu_s = 0.0
         self.fits_received = 0
+        #: full fits given up because the load came back during them (`refit`)
+        self.fits_yielded = 0
+        self._closing = False
         #: monotonic time of the last change to the index
         self.changed_at = 0.0
         self._registration_changed = True
@@ -89,6 +93,10 @@ class Refitter:
         self._next_at = 0.0
         #: the last CPU-seconds of a full fit and of an output-layer fit
         self._cost = {True: 0.0, False: 0.0}
+
+    def close(self) -> None:
+        """A full fit running now gives up at its next step (the router is stopping)."""
+        self._closing = True
 
     def changed(self, *, registration: bool = False) -> None:
         """The index took a change (a registration: the next fit is a full one)."""
@@ -119,24 +127,43 @@ class Refitter:
     async def refit(self, full: bool = True) -> float:
         """Fit in a worker thread (`full`, else the output layer), install and announce;
         returns the fit's CPU-seconds (the worker thread's: numpy's BLAS runs on it,
-        ``blas_threads``)."""
+        ``blas_threads``).
+
+        A full fit that began because the index settled, when nothing else asks for it (a
+        head exists and no registration changed), gives way to the load: a change during
+        it gives it up (`FitInterrupted`), its CPU counted in the budget, and the changes
+        are fitted as under load until the index settles again. Any full fit gives up once
+        `close` was called.
+        """
         started = time.monotonic()
         previous = self._last
         full = full or previous is None or previous.head is None
         ids = self.index.ids
+        settle = (
+            full
+            and previous is not None
+            and previous.head is not None
+            and not self._registration_changed
+            and started - self.changed_at >= SETTLE_S
+            and len(ids) > TINY
+        )
         self._next_at = started + self.settings.refit_interval_s
         if full:
             self._registration_changed = False
         dirty_from = time.monotonic()
         self.index.dirty = False  # a change during the fit sets it again
+        spent = [0.0]
 
-        def fit() -> tuple[FitResult, float]:
+        def yields() -> bool:
+            return self._closing or (settle and self.changed_at >= dirty_from)
+
+        def fit() -> FitResult:
             cpu = time.thread_time()
-            if full or previous is None:  # (`full` covers None; mypy needs the test)
-                result = self.index.fit_directions()
-            else:
+            try:
+                if full or previous is None:  # (`full` covers None; mypy needs the test)
+                    return self.index.fit_directions(yields=yields)
                 entries = [self.index.entry(a) for a in ids]
-                result = fit_outputs(
+                return fit_outputs(
                     -1,
                     {e.agent_id: e.registered for e in entries},
                     [e.requests() for e in entries],
@@ -144,13 +171,24 @@ class Refitter:
                     previous,
                     self.index.fit_config,
                 )
-            return result, time.thread_time() - cpu
+            finally:
+                spent[0] = time.thread_time() - cpu
 
         try:
-            result, cpu_s = await asyncio.to_thread(fit)
+            result = await asyncio.to_thread(fit)
+        except FitInterrupted:
+            self.index.dirty = True
+            if self._closing:
+                return spent[0]
+            self.fits_yielded += 1
+            self.fit_cpu_s += spent[0]
+            self.budget.record(time.monotonic(), spent[0])
+            logger.debug("full refit given up after %.2f CPU-s: the load is back", spent[0])
+            return spent[0]
         except BaseException:
             self.index.dirty = True
             raise
+        cpu_s = spent[0]
         result = rounded(result)  # the head as the other routers install it
         self.index.apply_fit(result)
         self.index.dirty = self.changed_at >= dirty_from
@@ -191,8 +229,9 @@ class Refitter:
         ]
 
     def take(self, event: Event) -> None:
-        """Install another router's fit once all its parts arrived; this router's
-        memories count as fitted (the fitter applied the same learned texts)."""
+        """Install another router's fit once all its parts arrived; when this router
+        defers to the sender, its memories count as fitted (the fitter applies the same
+        learned texts)."""
         data: dict[str, Any] = event.data
         sender = str(data.get("from"))
         if sender == self.own_id or data.get("model") != self.model_id:
@@ -209,11 +248,16 @@ class Refitter:
         if result.capability_mean.shape != (self.index.dim,):
             return
         self.index.apply_fit(result)
-        self.index.dirty = False
         now = time.monotonic()
         self._last = result
         if whole.get("full"):
             self._full_at = now
             self._registration_changed = False
         self.leader.heard(sender, now, float(data.get("lease_s", 0.0)))
+        if not self.leader.fits_here(now):
+            # the sender fits for the mesh: a change it had not yet applied when it began
+            # reached it too, and its next fit covers it. A fit from a router that defers
+            # to this one covers nothing here (it may have begun before this router's
+            # last change): this router goes on fitting its own changes.
+            self.index.dirty = False
         self.fits_received += 1

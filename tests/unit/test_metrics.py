@@ -130,6 +130,7 @@ class Counted:
     texts: int = 10
     fits: int = 1
     fit_cpu_s: float = 0.5
+    fits_yielded: int = 4
 
 
 @dataclass
@@ -183,6 +184,7 @@ def test_router_families_read_at_scrape_time() -> None:
     assert value(m, "agent_reach_embedding_cache_hits_total") == 7
     assert value(m, "agent_reach_embedding_cache_misses_total") == 3
     assert value(m, "agent_reach_index_refit_cpu_seconds_total") == 0.5
+    assert value(m, "agent_reach_index_refits_yielded_total") == 4
     router.handled = 9  # read live, not copied at watch time
     assert value(m, "agent_reach_router_messages_total") == 9
     m.unwatch("router", router)

@@ -6,10 +6,12 @@ import asyncio
 from typing import Any, cast
 
 import numpy as np
+import pytest
 
 from mesh.config import Settings
+from mesh.errors import FitInterrupted
 from mesh.messaging import Publisher
-from mesh.router.fitting import FitConfig, fit_outputs, fit_snapshot
+from mesh.router.fitting import FitConfig, fit_member, fit_outputs, fit_snapshot
 from mesh.router.index import CapabilityIndex
 from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.schemas import Event, decode, encode
@@ -73,6 +75,23 @@ def test_the_other_router_installs_the_fit_and_defers_to_its_fitter() -> None:
     assert other.plan(other.changed_at + SETTLE_S + 1) is None  # router-1 fits for the mesh
 
 
+def test_the_fitter_keeps_its_own_changes_when_a_router_that_defers_to_it_fitted() -> None:
+    """A fit that began elsewhere before a text this router learned does not cover it: the
+    router the others defer to installs the head and fits its changes itself."""
+    events = Events()
+    first_index, other_index = _index(), _index()
+    first = _refitter("router-1", first_index, Events())
+    other = _refitter("router-2", other_index, events)
+    asyncio.run(first.refit())
+    asyncio.run(other.refit())  # router-2 fitted too (it had not heard from router-1 yet)
+    _learn(first_index, first, 0)  # router-1 learned a text after router-2's fit began
+    for event in events.events:
+        first.take(event)
+    assert first.fits_received == 1
+    assert first_index.dirty  # still to be fitted here
+    assert first.plan(first.changed_at + SETTLE_S) is True
+
+
 def test_a_settled_index_gets_a_full_fit_a_changing_one_its_output_layer() -> None:
     index = _index()
     refitter = _refitter("router-1", index, Events())
@@ -103,6 +122,69 @@ def test_no_fit_past_the_budget_of_the_minute() -> None:
     _learn(index, refitter, 1)
     assert refitter.plan(refitter.changed_at + SETTLE_S) is None
     assert refitter.plan(refitter.changed_at + 61.0) is True
+
+
+def _changing_during_fits(index: CapabilityIndex, refitter: Refitter) -> list[str]:
+    """Every full fit of `index` sees a change arrive as it starts (the load came back);
+    returns what each fit was told then (yield or run on)."""
+    asked: list[str] = []
+    fit = index.fit_directions
+
+    def changing(*, yields: Any = None) -> Any:
+        refitter.changed()
+        asked.append("yields" if yields is not None and yields() else "runs")
+        return fit(yields=yields)
+
+    index.fit_directions = changing  # type: ignore[method-assign]
+    return asked
+
+
+def test_a_fit_of_the_settled_index_gives_way_when_the_load_comes_back() -> None:
+    index = _index()
+    refitter = _refitter("router-1", index, Events())
+    asyncio.run(refitter.refit())  # the first head: nothing yields
+    assert refitter.fits == 1 and refitter.fits_yielded == 0
+    _learn(index, refitter, 1)
+    asked = _changing_during_fits(index, refitter)
+    refitter.changed_at -= SETTLE_S  # the index settled: the fit is for an idle router
+    cpu_before = refitter.fit_cpu_s
+    spent = asyncio.run(refitter.refit(True))
+    assert asked == ["yields"]
+    assert refitter.fits_yielded == 1 and refitter.fits == 1 and refitter.full_fits == 1
+    assert index.dirty  # the changes wait for the next fit
+    assert refitter.fit_cpu_s == cpu_before + spent  # what it spent counts in the budget
+    # under load the output layer follows the changes; it never yields
+    refitter.changed_at += 6.0  # still changing 6 s later
+    assert refitter.plan(refitter.changed_at) is False
+    asyncio.run(refitter.refit(False))
+    assert refitter.fits == 2 and refitter.fits_yielded == 1
+
+
+def test_a_fit_nothing_else_can_do_finishes_whatever_the_load() -> None:
+    index = _index()
+    refitter = _refitter("router-1", index, Events())
+    asked = _changing_during_fits(index, refitter)
+    asyncio.run(refitter.refit())  # no head yet
+    refitter.changed(registration=True)
+    refitter.changed_at -= SETTLE_S
+    asyncio.run(refitter.refit(True))  # a registration changed
+    assert asked == ["runs", "runs"]
+    assert refitter.fits == 2 and refitter.fits_yielded == 0 and refitter.full_fits == 2
+
+
+def test_a_member_fit_stops_at_the_step_it_is_asked_to_yield() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(12, DIM)).astype(np.float32)
+    y = np.arange(12) % 3
+    asked = []
+
+    def yields() -> bool:
+        asked.append(1)
+        return len(asked) > 7
+
+    with pytest.raises(FitInterrupted, match="step 8 of 20"):
+        fit_member(x, y, 3, FitConfig(steps=20, hidden=8), seed=0, yields=yields)
+    assert fit_member(x, y, 3, FitConfig(steps=20, hidden=8), seed=0, yields=lambda: False)
 
 
 def test_fit_outputs_keeps_the_hidden_layers_and_refits_every_agents_row() -> None:
