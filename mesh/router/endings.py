@@ -19,7 +19,7 @@ from mesh.messaging import waiter, waiter_of
 from mesh.results import error_result
 from mesh.retrying import TRANSIENT_ERRORS
 from mesh.router.reasons import Ending
-from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope, decode
+from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope
 from mesh.schemas.codec import peek
 from mesh.schemas.result import ErrorInfo
 
@@ -138,13 +138,17 @@ class Endings:
                 "unroutable", body, details={"error": "router internal error"}
             )
 
-    async def spent(self, delivery: Delivery) -> None:
+    async def spent(self, delivery: Delivery, checked: TaskEnvelope | Refusal | None) -> None:
         """The last delivery a quorum router queue allows (`Topology.last_delivery`): the
         broker would drop the message if it came back once more (an outage held it past
         `mesh.wire.OUTAGE_HOLD_S` that many times, or a router died routing it). It is
         not routed again: ended ``failed`` with code ``delivery_limit``, its callers
-        answered, the body kept in ``dead.retries``. With Redis away the Result is not
-        recorded: its sender is answered from the body and the body kept all the same."""
+        answered, the body kept in ``dead.retries``. `checked`: the envelope as the guard
+        let it through when it would be routed (a dispatch back from an agent's queue as
+        its router's, an ingress task as its caller's), a refusal, or None for a body that
+        does not decode; those two are answered only where the sender may be answered.
+        With Redis away the Result is not recorded: its sender is answered from the body
+        and the body kept all the same."""
         count = delivery.headers.get("x-delivery-count")
         message = (
             f"the router queue delivered this task {count} times without routing it (an "
@@ -153,21 +157,13 @@ class Endings:
         )
         details = {"deliveries": count}
         logger.error("%s (%s)", message, peek(delivery.body, "task_id") or "no task_id")
-        envelope: TaskEnvelope | Refusal | None
-        try:
-            envelope = decode(
-                TaskEnvelope, delivery.body, max_payload_bytes=self.deps.settings.max_payload_bytes
-            )
-            envelope = self.deps.guard.check(envelope, delivery.user_id)
-        except InvalidEnvelope:
-            envelope = None
-        if isinstance(envelope, TaskEnvelope):
+        if isinstance(checked, TaskEnvelope):
             ending = Ending("failed", "retries", "delivery_limit", message, details)
             try:
-                await self.end(envelope, delivery.body, ending)
+                await self.end(checked, delivery.body, ending)
                 return
             except TRANSIENT_ERRORS as exc:
-                logger.warning("task_id=%s ended without its record: %r", envelope.task_id, exc)
+                logger.warning("task_id=%s ended without its record: %r", checked.task_id, exc)
         error = ErrorInfo(code="delivery_limit", message=message, details=details)
         await self._answer_raw(
             delivery.body, delivery.reply_to, delivery.correlation_id, delivery.user_id, error

@@ -64,12 +64,16 @@ class Intake:
         await self.endings.over_budget(delivery)
         return False
 
+    def decode_body(self, delivery: Delivery) -> TaskEnvelope:
+        """The envelope (raises `InvalidEnvelope`: nothing answered)."""
+        return decode(
+            TaskEnvelope, delivery.body, max_payload_bytes=self.deps.settings.max_payload_bytes
+        )
+
     async def decode(self, delivery: Delivery) -> TaskEnvelope | None:
         """The envelope, or None when the body is invalid (answered and dead-lettered)."""
         try:
-            return decode(
-                TaskEnvelope, delivery.body, max_payload_bytes=self.deps.settings.max_payload_bytes
-            )
+            return self.decode_body(delivery)
         except InvalidEnvelope as exc:
             await self.endings.invalid(
                 exc, delivery.reply_to, delivery.correlation_id, delivery.user_id

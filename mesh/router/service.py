@@ -22,6 +22,7 @@ each:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -50,9 +51,9 @@ from mesh.router.legacy import report_legacy_router_queue
 from mesh.router.plan import NoSelector, RouteChoice, Selector
 from mesh.router.reply_path import reply_path_for
 from mesh.router.results import ResultForwarder
-from mesh.router.returns import Returns
+from mesh.router.returns import Returned, Returns
 from mesh.router.settle import RouterSettler
-from mesh.schemas import TaskEnvelope, new_id
+from mesh.schemas import InvalidEnvelope, TaskEnvelope, new_id
 from mesh.topology import redacts_decisions
 from mesh.wire import OUTAGE_HOLD_S, BandedSubscriber, OutageBackoff, held_through_outages
 
@@ -222,7 +223,12 @@ class RouterService(Lifecycle):
             priority=message.priority or 0,
         )
         if self.topology.last_delivery(delivery.redelivered, delivery.headers):
-            await self._endings.spent(delivery)  # the broker would drop it next time
+            # the broker would drop it next time: ended as it would be routed (a return's
+            # sender is the router that dispatched it, an ingress one its caller)
+            checked: TaskEnvelope | Refusal | None = None
+            with contextlib.suppress(InvalidEnvelope):
+                checked = self._checked(self._intake.decode_body(delivery), delivery)[2]
+            await self._endings.spent(delivery, checked)
             return
 
         async def attempt(again: bool) -> None:
@@ -252,7 +258,12 @@ class RouterService(Lifecycle):
         with self.deps.hooks.route(envelope, delivery.headers, self.router_id):
             await self._route(envelope, delivery)
 
-    async def _route(self, envelope: TaskEnvelope, delivery: Delivery) -> None:
+    def _checked(
+        self, envelope: TaskEnvelope, delivery: Delivery
+    ) -> tuple[Returned | None, TaskEnvelope, TaskEnvelope | Refusal]:
+        """The return `envelope` is (None: from ingress), the envelope as received (a
+        return's) or stamped (ingress), and what the guard makes of it: the envelope to
+        route, or why it is refused."""
         deps = self.deps
         assert deps is not None
         returned = self._returns.of(envelope, delivery.headers, delivery.routing_key)
@@ -266,6 +277,10 @@ class RouterService(Lifecycle):
             returned_from=returned.agent_id if returned is not None else None,
             amqp_priority=delivery.priority if returned is None else 0,
         )
+        return returned, envelope, checked
+
+    async def _route(self, envelope: TaskEnvelope, delivery: Delivery) -> None:
+        returned, envelope, checked = self._checked(envelope, delivery)
         if isinstance(checked, Refusal):
             await self._endings.refuse(envelope, delivery.body, checked)
             return

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis.exceptions
 
-from mesh import MeshClient
+from mesh import Agent, MeshClient, Reject, TaskContext
 from mesh.config import Settings
 from mesh.connection import MeshConnection
 from mesh.schemas import TaskEnvelope, decode
@@ -93,5 +93,44 @@ async def test_a_task_held_by_an_outage_past_the_delivery_limit_is_ended_not_dro
     # deliveries 0 .. limit - 1 were tried (held, requeued); the last one was not tried
     assert sum(s.delivered for s in intake.subscribers) == limit + 1
     assert tries[0] is False and len(tries) >= limit and all(tries[1:])
+    dead = await drain_queue(conn, conn.topology.dead_queue("retries"))
+    assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [result.task_id]
+
+
+async def test_a_dispatch_back_from_its_agent_held_past_the_delivery_limit_is_answered(
+    conn: MeshConnection, add_cleanup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task its agent rejected comes back to the router queue from the agent's queue,
+    sent by the router that dispatched it; every try to route it again meets an outage,
+    so its last delivery is ended. It is judged as a return (under access control its
+    sender is a router, not the caller whose reply queue it names): the caller is answered
+    `failed` / `delivery_limit` instead of waiting for its timeout."""
+    router = await start_router(conn, add_cleanup)
+    router.outage_hold_s = 0.05
+    refuser = Agent("refuser", "Refuses every task")
+
+    @refuser.handler
+    async def refuse(task: TaskEnvelope, ctx: TaskContext) -> None:
+        raise Reject("not mine")
+
+    await start_worker(conn, add_cleanup, refuser)
+    route = router.route
+    returns: list[bool] = []
+
+    async def away_for_returns(delivery: Any, *, charge: bool = True) -> None:
+        if "x-death" not in delivery.headers:
+            await route(delivery, charge=charge)  # the first dispatch goes through
+            return
+        returns.append(delivery.redelivered)
+        raise redis.exceptions.ConnectionError("Redis is away (injected)")
+
+    monkeypatch.setattr(router, "route", away_for_returns)
+    async with MeshClient(conn) as client:
+        result = await client.request("do", target="refuser", wait_s=30, timeout_ms=60_000)
+    assert result.status == "failed", result
+    assert result.error is not None and result.error.code == "delivery_limit"
+    assert result.error.details is not None
+    assert result.error.details["deliveries"] == conn.settings.delivery_limit
+    assert returns and returns[0] is False and all(returns[1:])  # held, then redelivered
     dead = await drain_queue(conn, conn.topology.dead_queue("retries"))
     assert [decode(TaskEnvelope, m.body).task_id for m in dead] == [result.task_id]
