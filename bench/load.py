@@ -35,7 +35,8 @@ per task (the whole server's). ``--idle-s N``: each mesh process's CPU in cores 
 seconds, starting 5 s after the load stopped, once per router count.
 
 ``--access off,on`` measures one mesh without access control and one with it, in that
-order (bench/load_access.py): the second in a throwaway vhost provisioned as
+order (``off,on,off,on``: each twice, alternating, the runs of each pooled, so a drift of
+the machine falls on both; bench/load_access.py): the second in a throwaway vhost provisioned as
 ``mesh access provision --create-vhost --keep-guest --keep-redis-default`` would (guest and
 Redis' ``default`` user untouched), every process with its role's login,
 ``MESH_ACCESS_CONTROL=true`` and ``MESH_TOPOLOGY=passive``; the vhost, its users and their
@@ -65,7 +66,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -533,6 +534,23 @@ async def measure(
         max(rates),
     )
     return rows, closed
+
+
+def merged_closed(closed: list[Closed]) -> list[Closed]:
+    """One `Closed` per (config, mode): the runs of a configuration measured more than once
+    (``--access off,on,off,on``: the meshes alternate, so a drift of the machine falls on
+    both) are pooled, their median and range taken over all of them, in first-seen order."""
+    pooled: dict[tuple[str, str], Closed] = {}
+    for c in closed:
+        first = pooled.get((c.config, c.mode))
+        if first is None:
+            pooled[(c.config, c.mode)] = replace(c, runs=list(c.runs))
+            continue
+        first.runs.extend(c.runs)
+        rates = [r.completed_per_s for r in first.runs]
+        first.median_per_s = round(statistics.median(rates), 2)
+        first.min_per_s, first.max_per_s = min(rates), max(rates)
+    return list(pooled.values())
 
 
 def median_row(runs: list[Row]) -> Row:
@@ -1109,9 +1127,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--access",
         default=None,
-        help="on, off or off,on: the mesh's processes under access control, each with its "
-        "provisioned role's login in a throwaway vhost (bench/load_access.py), or not, one "
-        "mesh each in this order; either way the workers are bench/load_logins.py processes "
+        help="on, off, off,on or off,on,off,on: the mesh's processes under access control, "
+        "each with its provisioned role's login in a throwaway vhost (bench/load_access.py), "
+        "or not, one mesh each in this order (a configuration listed twice: its closed-loop "
+        "runs pooled); either way the workers are bench/load_logins.py processes "
         "with one connection per agent (default: as the environment says, `mesh worker`)",
     )
     p.add_argument(
@@ -1146,7 +1165,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         [None] if args.access is None else [a.strip() for a in args.access.split(",")]
     )
     if not set(args.access_list) <= {None, "on", "off"} or not args.access_list:
-        p.error(f"--access takes on, off, on,off or off,on (got {args.access})")
+        p.error(
+            f"--access takes on, off or both in the order to run them, e.g. off,on or "
+            f"off,on,off,on (got {args.access})"
+        )
     bad = set(args.mode_list) - {"semantic", "target"}
     if bad or not args.router_counts or min(args.router_counts) < 1:
         p.error(f"modes are semantic/target and routers >= 1 (got {args.modes}, {args.routers})")
@@ -1163,6 +1185,7 @@ async def run_all(args: argparse.Namespace) -> Outcome:
             await run_config(
                 "mesh", args.agents, args.router_counts, modes, args, outcome, metrics, access
             )
+    outcome.closed = merged_closed(outcome.closed)
     if args.big_agents > 0:
         big_routers = args.router_counts[:1]
         await run_config(
