@@ -261,9 +261,9 @@ class RouterService(Lifecycle):
     def _checked(
         self, envelope: TaskEnvelope, delivery: Delivery
     ) -> tuple[Returned | None, TaskEnvelope, TaskEnvelope | Refusal]:
-        """The return `envelope` is (None: from ingress), the envelope as received (a
-        return's) or stamped (ingress), and what the guard makes of it: the envelope to
-        route, or why it is refused."""
+        """The return `envelope` is (None: from ingress), the envelope judged (a return's
+        copy with its agent excluded, or the ingress one stamped), and what the guard makes
+        of it: the envelope to route, or why it is refused."""
         deps = self.deps
         assert deps is not None
         returned = self._returns.of(envelope, delivery.headers, delivery.routing_key)
