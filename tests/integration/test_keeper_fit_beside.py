@@ -1,0 +1,59 @@
+"""A head fit runs beside the router's index upkeep: while one runs (seconds at a hundred
+agents), the routing records of the tasks routed meanwhile are still written and the texts
+they teach still learned, instead of waiting for the fit to end."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mesh.client import MeshClient
+from mesh.connection import MeshConnection
+from tests.conftest import wait_until
+from tests.integration.routing_kit import SemanticMesh, agent
+
+pytestmark = pytest.mark.integration
+
+AGENTS = [
+    agent("refunds", "Handles returns and refunds of purchased products.", ["money back"]),
+    agent("logistics", "Tracks parcels and deliveries.", ["where is my package"]),
+    agent("presales", "Answers questions before a purchase.", ["is the blue one in stock"]),
+]
+
+
+async def test_records_are_written_and_texts_learned_while_a_fit_runs(
+    mesh: SemanticMesh, conn: MeshConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await mesh.start(*AGENTS)
+    assert mesh.selector is not None
+    keeper = mesh.selector.keeper
+    index = mesh.selector.index
+    # the fits of the agents joining are over (one ending now would clear the change below)
+    await wait_until(lambda: keeper._fit_task is None and not index.dirty, timeout=30)
+    began, release = asyncio.Event(), asyncio.Event()
+
+    async def long_fit(full: bool = True) -> float:
+        began.set()
+        await release.wait()  # a fit that lasts until the test is done looking
+        return 0.0
+
+    monkeypatch.setattr(keeper.refitter, "refit", long_fit)
+    keeper.refitter.changed()
+    keeper.refitter.changed_at -= 1.0  # the index settled: a fit is due at once
+    index.dirty = True
+    keeper._wake.set()
+    await asyncio.wait_for(began.wait(), timeout=10)
+    try:
+        learned = keeper.learned_here
+        async with MeshClient(conn) as client:
+            done = await client.request("my parcel never arrived", wait_s=20)
+        assert done.status == "completed" and done.agent_id == "logistics"
+        record = conn.keys.outcome(done.task_id)
+        assert await wait_until(lambda: conn.redis.hget(record, "agent_id"), timeout=10) == (
+            b"logistics"
+        )
+        await wait_until(lambda: keeper.learned_here > learned, timeout=10)
+        assert not release.is_set()  # all of it while the fit still ran
+    finally:
+        release.set()
