@@ -152,43 +152,45 @@ class Refitter:
             self._registration_changed = False
         dirty_from = time.monotonic()
         self.index.dirty = False  # a change during the fit sets it again
-        spent = [0.0]
 
         def yields() -> bool:
             return self._closing or (settle and self.changed_at >= dirty_from)
 
-        def fit() -> FitResult:
+        def fit() -> tuple[FitResult | None, float]:
+            """The fit (None: given up, `FitInterrupted`) and its CPU-seconds."""
             cpu = time.thread_time()
+            result: FitResult | None
             try:
                 if full or previous is None:  # (`full` covers None; mypy needs the test)
-                    return self.index.fit_directions(yields=yields)
-                entries = [self.index.entry(a) for a in ids]
-                return fit_outputs(
-                    -1,
-                    {e.agent_id: e.registered for e in entries},
-                    [e.requests() for e in entries],
-                    [e.capability for e in entries],
-                    previous,
-                    self.index.fit_config,
-                )
-            finally:
-                spent[0] = time.thread_time() - cpu
+                    result = self.index.fit_directions(yields=yields)
+                else:
+                    entries = [self.index.entry(a) for a in ids]
+                    result = fit_outputs(
+                        -1,
+                        {e.agent_id: e.registered for e in entries},
+                        [e.requests() for e in entries],
+                        [e.capability for e in entries],
+                        previous,
+                        self.index.fit_config,
+                    )
+            except FitInterrupted:
+                result = None
+            return result, time.thread_time() - cpu
 
         try:
-            result = await asyncio.to_thread(fit)
-        except FitInterrupted:
-            self.index.dirty = True
-            if self._closing:
-                return spent[0]
-            self.fits_yielded += 1
-            self.fit_cpu_s += spent[0]
-            self.budget.record(time.monotonic(), spent[0])
-            logger.debug("full refit given up after %.2f CPU-s: the load is back", spent[0])
-            return spent[0]
+            result, cpu_s = await asyncio.to_thread(fit)
         except BaseException:
             self.index.dirty = True
             raise
-        cpu_s = spent[0]
+        if result is None:
+            self.index.dirty = True
+            if self._closing:
+                return cpu_s
+            self.fits_yielded += 1
+            self.fit_cpu_s += cpu_s
+            self.budget.record(time.monotonic(), cpu_s)
+            logger.debug("full refit given up after %.2f CPU-s: the load is back", cpu_s)
+            return cpu_s
         result = rounded(result)  # the head as the other routers install it
         self.index.apply_fit(result)
         self.index.dirty = self.changed_at >= dirty_from
