@@ -16,13 +16,16 @@ A function bound with ``batched`` (`Library.bind`) joins the calls of its client
 the same turn of the event loop, or while the client's last batch is out (`CallBatch`):
 they go to Redis in one pipeline, one round trip for many concurrent tasks' claims and
 commits, or a router's relays of result notices. Each call stays one function, atomic
-on its own, and gets its own answer or error.
+on its own, and gets its own answer or error. A plain command whose answer nobody awaits
+(a task's ``replied`` mark) rides the client's next pipeline (`CallBatch.ride`) instead
+of a round trip of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,10 +36,16 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from mesh.errors import RedisFunctionsMissing
 
+logger = logging.getLogger(__name__)
+
 #: at most this many calls in one pipeline of a `CallBatch`
 MAX_BATCH = 64
+#: at most this many riding commands in one pipeline of a `CallBatch`
+MAX_RIDERS = 256
 #: a queued call: function name, keys, args, and the caller's answer
 _Call = tuple[str, Sequence[Any], Sequence[Any], "asyncio.Future[Any]"]
+#: a riding command: its arguments, the command's name first (`CallBatch.ride`)
+_Rider = tuple[Any, ...]
 
 #: what the name of every library of the mesh starts with (``FUNCTION LIST LIBRARYNAME``)
 LIBRARY_PREFIX = "agent_reach_"
@@ -159,6 +168,10 @@ class CallBatch:
     a transaction (a lone call as a plain FCALL). Each caller gets its own answer, or its
     own error (a missing function, BUSY); an error of the connection fails every call of
     the pipeline, as it would have failed each one alone.
+
+    Commands that `ride` go with the next pipeline of calls, or alone once they waited
+    their `wait_s` with no call to ride with; nobody awaits their answers (an error is
+    logged, and the command is lost, as a write without retry would be).
     """
 
     def __init__(self, redis: Any) -> None:
@@ -166,9 +179,18 @@ class CallBatch:
         self._redis = weakref.ref(redis)
         self._queued: list[_Call] = []
         self._sending: asyncio.Task[None] | None = None
-        #: pipelines (or lone calls) sent, and the calls they carried
+        #: commands riding the next pipeline (`ride`)
+        self._riders: list[_Rider] = []
+        #: sends the riders alone once they waited `wait_s` with no call to ride with
+        self._ride_timer: asyncio.TimerHandle | None = None
+        #: the riders waited long enough: the next drain sends them, calls or not
+        self._riders_due = False
+        #: pipelines out carrying riders (a `flush` waits for them)
+        self._carrying: set[asyncio.Future[None]] = set()
+        #: pipelines (or lone calls) sent, and the calls and riders they carried
         self.batches = 0
         self.calls = 0
+        self.rides = 0
 
     @classmethod
     def of(cls, redis: Any) -> CallBatch:
@@ -187,14 +209,64 @@ class CallBatch:
             self._sending = loop.create_task(self._drain())
         return answer
 
+    def ride(self, command: _Rider, wait_s: float) -> None:
+        """Send `command` (``("HSET", key, field, value)``) with the next pipeline of calls,
+        or alone after `wait_s` when no call goes meanwhile; its answer is nobody's."""
+        self._riders.append(command)
+        if self._ride_timer is None and not self._riders_due:
+            loop = asyncio.get_running_loop()
+            self._ride_timer = loop.call_later(wait_s, self._ride_due)
+
+    def _ride_due(self) -> None:
+        self._ride_timer = None
+        if not self._riders:
+            return
+        self._riders_due = True
+        if self._sending is None:
+            self._sending = asyncio.get_running_loop().create_task(self._drain())
+
+    def _take_riders(self) -> list[_Rider]:
+        riders = self._riders[:MAX_RIDERS]
+        del self._riders[:MAX_RIDERS]
+        if not self._riders:
+            self._riders_due = False
+            if self._ride_timer is not None:
+                self._ride_timer.cancel()
+                self._ride_timer = None
+        return riders
+
+    async def flush(self) -> None:
+        """Send the riders that wait now, in a pipeline of their own, and wait for the
+        pipelines under way that carry riders."""
+        riders: list[_Rider] = []
+        while self._riders:
+            riders += self._take_riders()
+        carrying = list(self._carrying)
+        if riders:
+            self.rides += len(riders)
+            await self._send([], riders)
+        if carrying:
+            await asyncio.gather(*carrying, return_exceptions=True)
+
     async def _drain(self) -> None:
         try:
-            while self._queued:
+            while self._queued or self._riders_due:
                 batch = self._queued[:MAX_BATCH]
                 del self._queued[:MAX_BATCH]
+                riders = self._take_riders()
                 self.batches += 1
                 self.calls += len(batch)
-                await self._send(batch)
+                self.rides += len(riders)
+                if not riders:
+                    await self._send(batch, riders)
+                    continue
+                carried = asyncio.get_running_loop().create_future()
+                self._carrying.add(carried)
+                try:
+                    await self._send(batch, riders)
+                finally:
+                    self._carrying.discard(carried)
+                    carried.set_result(None)
         except asyncio.CancelledError:
             queued, self._queued = self._queued, []
             for *_, answer in queued:
@@ -203,19 +275,21 @@ class CallBatch:
         finally:
             self._sending = None
 
-    async def _send(self, batch: list[_Call]) -> None:
+    async def _send(self, batch: list[_Call], riders: list[_Rider]) -> None:
         answers: list[Any]
         try:
             redis = self._redis()
             if redis is None:
                 raise RuntimeError("the Redis client of these calls is gone")
-            if len(batch) == 1:
+            if len(batch) == 1 and not riders:
                 name, keys, args, _ = batch[0]
                 answers = [await redis.fcall(name, len(keys), *keys, *args)]
             else:
                 pipe = redis.pipeline(transaction=False)
                 for name, keys, args, _ in batch:
                     pipe.fcall(name, len(keys), *keys, *args)
+                for command in riders:
+                    pipe.execute_command(*command)
                 answers = await pipe.execute(raise_on_error=False)
         except asyncio.CancelledError:
             for *_, answer in batch:
@@ -225,8 +299,13 @@ class CallBatch:
             for *_, answer in batch:
                 if not answer.done():
                     answer.set_exception(exc)
+            if riders:
+                logger.info("%d riding Redis command(s) not sent (%r)", len(riders), exc)
             return
-        for (*_, answer), value in zip(batch, answers, strict=True):
+        refused = [a for a in answers[len(batch) :] if isinstance(a, Exception)]
+        if refused:
+            logger.info("%d riding Redis command(s) refused (%r)", len(refused), refused[0])
+        for (*_, answer), value in zip(batch, answers[: len(batch)], strict=True):
             if answer.done():  # its caller was cancelled meanwhile
                 continue
             if isinstance(value, Exception):

@@ -21,9 +21,7 @@ mesh's keys under access control (``views``) reads the views too: `history` and
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -31,9 +29,9 @@ from typing import Any, Literal
 from mesh.config import Settings
 from mesh.dispatch import lua
 from mesh.dispatch.context import seed_keys
+from mesh.functions import CallBatch
 from mesh.keys import Keys
 from mesh.messaging import waiter_of
-from mesh.retrying import REDIS_FAILURES, TRANSIENT_ERRORS
 from mesh.schemas import InvalidEnvelope, Result, TaskEnvelope, decode, encode
 from mesh.schemas.codec import loads
 
@@ -532,85 +530,32 @@ def _claim_fields(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 class ReplyMarks:
-    """Marks tasks ``replied`` in batches: one pipelined round trip for many tasks.
+    """Marks tasks ``replied`` without a round trip of their own.
 
     The mark only spares a redelivered copy a second Result (which clients drop anyway),
-    so it need not be written before the delivery is acked; `close()` writes what is left.
-    Every `ReplyMarks` on one Redis client shares one batch (`_MarkBatch`): a process
-    hosting many agents, one runtime each, writes all their marks in one round trip.
+    so it need not be written before the delivery is acked: it rides the next pipeline of
+    claims and commits on the store's Redis client (`mesh.functions.CallBatch.ride`), or
+    goes alone after `interval_s` when none went meanwhile; `close()` writes what is left.
+    Every `ReplyMarks` on one Redis client shares that client's batch: a process hosting
+    many agents, one runtime each, writes all their marks together.
     """
 
     def __init__(self, store: TaskStore, interval_s: float = 0.02) -> None:
         self.store = store
-        self._batch = _MarkBatch.of(store.redis, interval_s)
+        self.interval_s = interval_s
+        self._batch = CallBatch.of(store.redis)
 
     def mark(self, task_id: str) -> None:
-        self._batch.add(self.store.keys.idem(task_id))
+        self._batch.ride(("HSET", self.store.keys.idem(task_id), "replied", "1"), self.interval_s)
 
     async def flush(self) -> None:
         """Write every mark that waits (this store's and the others' on its client)."""
         await self._batch.flush()
 
     async def close(self) -> None:
-        await self._batch.close()
-
-
-class _MarkBatch:
-    """The replied marks waiting to be written on one Redis client (the idem keys)."""
-
-    def __init__(self, redis: Any, interval_s: float) -> None:
-        # not the client itself: it is the key of the batch's weak entry in `_BATCHES`
-        self._redis = weakref.ref(redis)
-        self.interval_s = interval_s
-        self._pending: list[str] = []
-        #: the write of what waits, `interval_s` after the first mark
-        self._timer: asyncio.TimerHandle | None = None
-        self._writes: set[asyncio.Task[None]] = set()
-
-    @classmethod
-    def of(cls, redis: Any, interval_s: float) -> _MarkBatch:
-        found = _BATCHES.get(redis)
-        if found is None:
-            found = _BATCHES[redis] = cls(redis, interval_s)
-        return found
-
-    def add(self, key: str) -> None:
-        self._pending.append(key)
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.interval_s, self._due)
-
-    def _due(self) -> None:
-        self._timer = None
-        write = asyncio.ensure_future(self.flush())
-        self._writes.add(write)
-        write.add_done_callback(self._writes.discard)
-
-    async def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        redis = self._redis()
-        if not pending or redis is None:
-            return
-        pipe = redis.pipeline(transaction=False)
-        for key in pending:
-            pipe.hset(key, "replied", "1")
-        try:
-            await pipe.execute()
-        except (*TRANSIENT_ERRORS, *REDIS_FAILURES) as exc:
-            logger.info("%d replied marks not written (Redis: %r)", len(pending), exc)
-
-    async def close(self) -> None:
-        """Write what waits now, and wait for the writes under way (the other runtimes on
-        the client go on marking)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        await self.flush()
-        if self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
-
-
-#: each Redis client's `_MarkBatch`, while the client lives
-_BATCHES: weakref.WeakKeyDictionary[Any, _MarkBatch] = weakref.WeakKeyDictionary()
+        """Write what waits now, and wait for the pipelines under way carrying marks (the
+        other runtimes on the client go on marking)."""
+        await self._batch.flush()
 
 
 __all__ = ["Claim", "Commit", "Holder", "Relay", "ReplyMarks", "Submission", "TaskStore"]

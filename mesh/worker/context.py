@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import cached_property
 from typing import Any
 
 from mesh.dispatch.context import parse_ref
@@ -31,12 +32,17 @@ class TaskContext:
         self.token = holder.token
         #: the trace's shared context as this hop sees it; `save_context` moves it on
         self.context_ref = envelope.context_ref
-        self.logger = logging.LoggerAdapter(
-            logging.getLogger(f"mesh.agent.{self.agent_id}"),
-            {"task_id": envelope.task_id, "trace_id": envelope.trace_id},
-        )
         #: `time.monotonic()` of the handler's last sign of life (`progress`)
         self.last_progress = time.monotonic()
+
+    @cached_property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """``mesh.agent.<agent_id>``, each line with the task's task_id and trace_id (made
+        on first use: most handlers log nothing)."""
+        return logging.LoggerAdapter(
+            logging.getLogger(f"mesh.agent.{self.agent_id}"),
+            {"task_id": self.envelope.task_id, "trace_id": self.envelope.trace_id},
+        )
 
     def progress(self) -> None:
         """Say the handler is alive on long work: its processing timeout

@@ -333,3 +333,21 @@ async def test_a_task_reads_only_its_own_traces_context() -> None:
     other = await harness.run(trace_id="trace-b", context_ref=ref)
     assert other.status == "failed" and other.error is not None
     assert "is another trace's" in other.error.message
+
+
+def test_a_handler_logs_with_its_task_and_trace(caplog: pytest.LogCaptureFixture) -> None:
+    """`ctx.logger` (made on first use) names the agent and carries the task's ids."""
+    agent = _agent("logs.here")
+
+    @agent.handler
+    async def handle(task: TaskEnvelope, ctx: TaskContext) -> dict[str, Any]:
+        assert ctx.logger is ctx.logger  # one adapter per task
+        ctx.logger.warning("working on it")
+        return {}
+
+    with caplog.at_level("WARNING", logger="mesh.agent.logs.here"):
+        result = AgentHarness(agent).run_sync({})
+    (record,) = [r for r in caplog.records if r.getMessage() == "working on it"]
+    assert record.name == "mesh.agent.logs.here"
+    assert record.__dict__["task_id"] == result.task_id
+    assert record.__dict__["trace_id"] == result.trace_id
