@@ -124,9 +124,13 @@ class Dispatcher:
         # only now, with the publish confirmed, does the dispatch count (breaker probe,
         # load, learning): a dispatch that did not happen leaves no trace in them
         deps.selector.dispatched(sent, choice)
-        await deps.emit(
-            sent, ("dispatched",), {"route": choice.route.model_dump()}, agent_id=choice.agent_id
-        )
+        if deps.settings.progress_events:  # a progress state: not sent otherwise (`emit`)
+            await deps.emit(
+                sent,
+                ("dispatched",),
+                {"route": choice.route.model_dump()},
+                agent_id=choice.agent_id,
+            )
         await publish_decision(
             deps.publisher,
             sent,

@@ -60,6 +60,9 @@ MAX_DEFAULT_THREADS = 1
 CHUNK_PADDING_TOKENS = 24
 #: texts tokenised at once by `FastEmbedder.embed` (bounds the padded id matrix)
 TOKENIZE_SLICE = 256
+#: the environment variable with which the tokenizers library tokenises a batch on its own
+#: thread pool ("true", its default when unset) or on the calling thread ("false")
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
 
 # custom fastembed models live in a class-level registry; two embedders may start at once
 _REGISTER_LOCK = threading.Lock()
@@ -203,6 +206,7 @@ class FastEmbedder:
             started = time.perf_counter()
             if self._threads is None:
                 self._threads = min(MAX_DEFAULT_THREADS, os.cpu_count() or 1)
+            serial_tokenizer()
             model = self._load()
             _rebuild_session(model, threads=self._threads, spin=self._spin)
             if self.is_usem3:
@@ -296,6 +300,23 @@ class FastEmbedder:
                 feed = {"input_ids": ids[rows, :width], "attention_mask": mask[rows, :width]}
                 out[start + rows] = session.run([OUTPUT_NAME], feed)[0]
         return out
+
+
+def serial_tokenizer() -> bool:
+    """Let the tokenizers library tokenise a batch on the calling thread (the embedder's
+    worker thread), unless the environment chose otherwise; True when this call chose.
+
+    Why: its default splits every ``encode_batch`` over a pool of one thread per core whose
+    threads wait for work busily; the router's batches are a dozen short queries, which one
+    thread tokenises in a fraction of the graph's time. Measured under `bench/load.py`
+    (100 agents, semantic, closed loop): the pool's threads took 3-4 % of the router's CPU.
+    The setting is read at every parallel call, so setting it before the first batch
+    suffices; it is process-wide, which is why an explicit value is left alone.
+    """
+    if TOKENIZERS_PARALLELISM in os.environ:
+        return False
+    os.environ[TOKENIZERS_PARALLELISM] = "false"
+    return True
 
 
 def length_chunks(

@@ -117,3 +117,14 @@ def test_a_router_process_caps_numpy_blas_threads() -> None:
     finally:
         for prefix, n in before.items():
             threadpool_limits(limits={prefix: n})
+
+
+def test_the_tokenizer_runs_serially_unless_the_environment_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(embedding.TOKENIZERS_PARALLELISM, raising=False)
+    assert embedding.serial_tokenizer() is True
+    assert os.environ[embedding.TOKENIZERS_PARALLELISM] == "false"
+    monkeypatch.setenv(embedding.TOKENIZERS_PARALLELISM, "true")
+    assert embedding.serial_tokenizer() is False
+    assert os.environ[embedding.TOKENIZERS_PARALLELISM] == "true"
