@@ -20,6 +20,11 @@ from mesh.topology import event_routing_key
 PROGRESS_STATES = frozenset({"submitted", "routing", "dispatched", "accepted", "processing"})
 
 
+def announced(state: str, progress_events: bool) -> bool:
+    """Whether a ``task.<state>`` event is published (a caller may skip building its data)."""
+    return progress_events or state not in PROGRESS_STATES
+
+
 async def emit_states(
     publisher: Publisher,
     states: Iterable[str] | None,
@@ -35,7 +40,7 @@ async def emit_states(
     the tag of the router that dispatched the task, the routing key's last word."""
     progress = publisher.conn.settings.progress_events
     for state in states or ():
-        if state in PROGRESS_STATES and not progress:
+        if not announced(state, progress):
             continue
         await publisher.emit(
             Event(
@@ -50,4 +55,4 @@ async def emit_states(
         )
 
 
-__all__ = ["PROGRESS_STATES", "emit_states"]
+__all__ = ["PROGRESS_STATES", "announced", "emit_states"]

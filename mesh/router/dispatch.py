@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from aiormq.exceptions import PublishError
 
+from mesh.dispatch.events import announced
 from mesh.router.plan import RouteChoice, publish_decision
 from mesh.router.reasons import Ending, time_left_ms, unknown_target
 from mesh.schemas import RouteInfo
@@ -124,7 +125,7 @@ class Dispatcher:
         # only now, with the publish confirmed, does the dispatch count (breaker probe,
         # load, learning): a dispatch that did not happen leaves no trace in them
         deps.selector.dispatched(sent, choice)
-        if deps.settings.progress_events:  # a progress state: not sent otherwise (`emit`)
+        if announced("dispatched", deps.settings.progress_events):  # its route costs a dump
             await deps.emit(
                 sent,
                 ("dispatched",),

@@ -257,48 +257,37 @@ async def test_replied_marks_ride_the_next_pipeline_of_claims_and_commits(
     store = TaskStore(conn.redis, conn.keys, settings)
     marks = ReplyMarks(store, interval_s=60)
     holder = Holder("i-ride", 1, fenced=False)
-    envelopes = [TaskEnvelope(capability="x", target="effect") for _ in range(2)]
-    with pipelines_counted(conn.redis) as pipelines:
-        marks.mark("ridden")
-        claims = await asyncio.gather(
-            *(
-                store.claim(
-                    e,
-                    holder,
-                    agent_id="effect",
-                    redelivered=False,
-                    lifetime_end_ms=now_ms() + 60_000,
-                    pristine=True,
-                )
-                for e in envelopes
-            )
-        )
-    assert [c.status for c in claims] == ["claimed", "claimed"]
-    assert pipelines.n == 1  # the two claims and the mark
-    assert await conn.redis.hget(conn.keys.idem("ridden"), "replied") == b"1"
-    # a lone claim goes as a plain FCALL, unless a mark waits: then both in one pipeline
-    marks.mark("ridden-2")
-    with pipelines_counted(conn.redis) as pipelines:
-        one = TaskEnvelope(capability="x", target="effect")
-        claim = await store.claim(
-            one,
+
+    async def claim() -> str:
+        envelope = TaskEnvelope(capability="x", target="effect")
+        end = now_ms() + 60_000
+        claimed = await store.claim(
+            envelope,
             holder,
             agent_id="effect",
             redelivered=False,
-            lifetime_end_ms=now_ms() + 60_000,
+            lifetime_end_ms=end,
             pristine=True,
         )
-    assert claim.status == "claimed" and pipelines.n == 1
-    assert await conn.redis.hget(conn.keys.idem("ridden-2"), "replied") == b"1"
+        return claimed.status
+
+    with pipelines_counted(conn.redis) as pipelines:
+        marks.mark("ridden")
+        statuses = await asyncio.gather(claim(), claim())
+    assert statuses == ["claimed", "claimed"]
+    assert pipelines.n == 1  # the two claims and the mark
+    assert await _replied(store, "ridden")
+    # a lone claim goes as a plain FCALL, unless a mark waits: then both in one pipeline
+    marks.mark("ridden-2")
+    with pipelines_counted(conn.redis) as pipelines:
+        assert await claim() == "claimed"
+    assert pipelines.n == 1
+    assert await _replied(store, "ridden-2")
     # nothing to ride with: alone, after the interval
     soon = ReplyMarks(store, interval_s=0.05)
     soon.mark("alone")
-    assert await conn.redis.hget(conn.keys.idem("alone"), "replied") is None
-    await wait_until(lambda: _hget(conn, conn.keys.idem("alone"), "replied"), timeout=2)
-
-
-async def _hget(conn: MeshConnection, key: str, field: str) -> bool:
-    return await conn.redis.hget(key, field) == b"1"
+    assert not await _replied(store, "alone")
+    await wait_until(lambda: _replied(store, "alone"), timeout=2)
 
 
 async def test_submissions_made_together_go_in_one_round_trip(

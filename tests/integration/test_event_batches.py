@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueue
 
+from mesh import MeshClient
 from mesh.connection import MeshConnection
 from mesh.messaging import Publisher
 from mesh.schemas import Event
@@ -16,6 +17,7 @@ from mesh.topology import BATCH_HEADER, event_routing_key
 from mesh.wire import events_of
 from tests.access_mode import tap_queue_name
 from tests.conftest import wait_until
+from tests.integration.test_skeleton import echo_agent, start_mesh
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +145,41 @@ async def test_the_publishers_of_one_connection_share_their_batches(
     await second.emit(events[1], key)  # the batches go on without the first publisher
     (message,) = await _take(queue, 1)
     assert events_of(message) == events[1:2]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+async def test_the_router_sends_task_dispatched_only_with_progress_events(
+    conn: MeshConnection, add_cleanup: Any, progress: bool
+) -> None:
+    """``task.dispatched`` (a progress state) carries its route when `progress_events` is
+    on and is not sent otherwise. Without a batch window the router's events arrive in
+    the order it sent them, so once the task's ``route.decision`` (sent after the
+    dispatch's events) is here, a ``task.dispatched`` would be too."""
+    tuned = MeshConnection(
+        conn.settings.model_copy(update={"progress_events": progress, "event_batch_window_ms": 0})
+    )
+    await tuned.open()
+    add_cleanup(tuned.close)
+    queue = await _tap(tuned, add_cleanup)
+    router, workers = await start_mesh(tuned, echo_agent())
+    add_cleanup(router.close)
+    add_cleanup(workers[0].drain)
+    async with MeshClient(tuned) as client:
+        result = await client.request("echo this", {"n": 1}, target="echo", wait_s=10)
+    assert result.status == "completed"
+    events: list[Event] = []
+
+    async def decided() -> bool:
+        message = await queue.get(no_ack=True, fail=False)
+        if message is not None:
+            events.extend(e for e in events_of(message) if e.task_id == result.task_id)
+        return any(e.type.startswith("route.decision") for e in events)
+
+    await wait_until(decided, timeout=10, interval=0.01)
+    dispatched = [e for e in events if e.type == "task.dispatched"]
+    if not progress:
+        assert dispatched == []
+        return
+    assert len(dispatched) == 1
+    assert dispatched[0].agent_id == "echo"
+    assert dispatched[0].data["route"]["strategy"] == "target"
