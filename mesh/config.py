@@ -387,8 +387,11 @@ class Settings(BaseModel):
     #: how often the router refits its prototypes when agents or memories changed
     refit_interval_s: float = Field(default=5.0, gt=0)
     #: head refits use at most this share of one core, averaged over time (0.10: 6 s of
-    #: CPU a minute); a fit runs in a worker thread, never on the event loop
+    #: CPU a minute); a fit never runs on the event loop
     refit_cpu_share: float = Field(default=0.10, gt=0, le=1)
+    #: fits run in a child process of the router (its own interpreter: a fit never holds
+    #: the GIL the router's event loop needs); False: in a worker thread of the router
+    refit_process: bool = True
 
     # --- events --------------------------------------------------------------------------
     #: also emit the progress events task.submitted / routing / dispatched / accepted /

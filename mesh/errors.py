@@ -211,6 +211,11 @@ class FitInterrupted(MeshError):
     back), so what it fitted so far is dropped."""
 
 
+class FitProcessLost(MeshError):
+    """The router's fit process exited, or answered out of turn, during a fit: that fit is
+    lost and the next one starts a new process (`mesh.router.fits`)."""
+
+
 __all__ = [
     "AccessError",
     "CalibrationDataError",
@@ -219,6 +224,7 @@ __all__ = [
     "DownstreamBusy",
     "EffectUnknown",
     "FitInterrupted",
+    "FitProcessLost",
     "HumanTaskError",
     "ManagementRequestFailed",
     "MeshError",

@@ -1,11 +1,11 @@
 """Fitting the capability index: genre means and the discriminative head over all agents.
 
-Pure numpy on a snapshot of the index (`fit_snapshot`), so the live router can run it in a
-worker thread while the event loop keeps adding, removing and learning; the index installs
-the `FitResult` afterwards (`CapabilityIndex.apply_fit`). Between full fits the live router
-refits the output layer alone on the hidden layers of the last full fit (`fit_outputs`, a
-tenth of the cost). See `mesh.router.index` for how
-the fitted parts enter the similarity.
+Pure numpy on a snapshot of the index (`FitJob`), so the live router can run it in its fit
+process (`mesh.router.fits`) while the event loop keeps adding, removing and learning; the
+index installs the `FitResult` afterwards (`CapabilityIndex.apply_fit`). Between full fits
+the live router refits the output layer alone on the hidden layers of the last full fit
+(`fit_outputs`, a tenth of the cost). See `mesh.router.index` for how the fitted parts
+enter the similarity.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mesh.errors import FitInterrupted
 
 __all__ = [
     "FitConfig",
+    "FitJob",
     "FitResult",
     "Head",
     "Yield",
@@ -118,6 +119,40 @@ class FitResult:
     @property
     def fitted(self) -> bool:
         return self.head is not None
+
+
+@dataclass(frozen=True)
+class FitJob:
+    """What one fit reads, taken from the index on the event loop (`CapabilityIndex.fit_job`):
+    plain arrays, so the fit may run in a thread or in the fit process (`mesh.router.fits`).
+
+    `previous` set: the output layer alone is refitted on its hidden layers (`fit_outputs`);
+    None: a full fit (`fit_snapshot`).
+    """
+
+    version: int
+    agents: dict[str, int]
+    capabilities: list[F32]
+    requests: list[F32]
+    dim: int
+    cfg: FitConfig
+    previous: FitResult | None = None
+
+    def run(self, yields: Yield | None = None) -> FitResult:
+        """The fit (`yields` is asked between the steps of a full fit: `fit_member`)."""
+        if self.previous is None:
+            return fit_snapshot(
+                self.version,
+                self.agents,
+                self.capabilities,
+                self.requests,
+                self.dim,
+                self.cfg,
+                yields=yields,
+            )
+        return fit_outputs(
+            self.version, self.agents, self.requests, self.capabilities, self.previous, self.cfg
+        )
 
 
 def fit_snapshot(

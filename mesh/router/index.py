@@ -34,8 +34,9 @@ threshold keeps its meaning. Without texts in the index the lexical channel is o
 similarity is ``dense``; without a fit ``dense`` is the cosine. The coverage is computed
 for the `LEXICAL_ROWS` rows with the best dense part only (the others count 0: a lower
 bound, far below the best rows), which keeps its cost independent of the number of agents.
-Fitting (`mesh.router.fitting`) is split so the live router can run it in a worker thread:
-`fit_directions()` reads a snapshot and returns a `FitResult`; `apply_fit()` installs it.
+Fitting (`mesh.router.fitting`) is split so the live router can run it off the event loop
+(`mesh.router.fits`): `fit_job()` takes a snapshot, its `FitJob.run` returns a `FitResult`,
+`apply_fit()` installs it.
 
 Runtime stats (load, success rate...) live here too, in arrays aligned with the rows,
 so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
@@ -52,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.router.embedding import Embedder
-from mesh.router.fitting import FitConfig, FitResult, Yield, fit_snapshot, unit
+from mesh.router.fitting import FitConfig, FitJob, FitResult, Yield, unit
 from mesh.router.head import HeadTable
 from mesh.router.lexical import LexicalIndex
 from mesh.router.rows import grow_rows, move_row
@@ -579,23 +580,28 @@ class CapabilityIndex:
         return self.apply_fit(self.fit_directions())
 
     def fit_directions(self, *, yields: Yield | None = None) -> FitResult:
-        """Genre means and the head over every agent's texts, from a snapshot (`yields`:
-        asked between steps, True gives the fit up: `FitInterrupted`).
+        """A full fit of a snapshot, in the caller's thread (`fit_job`, `FitJob.run`)."""
+        return self.fit_job().run(yields)
 
-        Pure: reads the index, never mutates it, so it may run in a worker thread while
-        the event loop keeps adding, removing and learning (entries' arrays are replaced,
-        never written in place). 2-3 s on two cores for 150 agents (`fit_snapshot`); the
-        head is skipped past `FitConfig.max_cells` (texts x agents).
+    def fit_job(self, previous: FitResult | None = None) -> FitJob:
+        """A snapshot of every agent's texts to fit: genre means and the head (`previous`
+        set: the output layer alone, on its hidden layers, with version -1, so the index
+        stays due a full fit).
+
+        Taken on the event loop and cheap (lists of the entries' arrays, which are
+        replaced, never written in place), so the fit may run anywhere while the loop goes
+        on adding, removing and learning. A full fit takes 2-3 s on two cores for 150 agents
+        (`fit_snapshot`); the head is skipped past `FitConfig.max_cells` (texts x agents).
         """
         entries = list(self._entries)
-        return fit_snapshot(
-            self._version,
+        return FitJob(
+            self._version if previous is None else -1,
             {e.agent_id: e.registered for e in entries},
             [e.capability for e in entries],
             [e.requests() for e in entries],
             self.dim,
             self.fit_config,
-            yields=yields,
+            previous,
         )
 
     def apply_fit(self, result: FitResult) -> bool:

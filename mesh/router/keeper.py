@@ -10,11 +10,11 @@
   learned it announces it with its vector (``route.learned``), so the other routers apply
   the same slot without a Redis read or an embedding. A memory is read whole only when an
   agent joins and after counted feedback.
-- Head refits (`Refitter`) run in a worker thread, never on the event loop, beside the
-  upkeep (which goes on meanwhile), only when agents or memories changed, within
-  ``refit_cpu_share`` of one core over any minute; a fit of the settled index gives way
-  when the load comes back; one router fits for the mesh and the others install its head
-  (``route.fitted``).
+- Head refits (`Refitter`) run in the router's fit process (`mesh.router.fits`), never on
+  the event loop nor under its GIL, beside the upkeep (which goes on meanwhile), only when
+  agents or memories changed, within ``refit_cpu_share`` of one core over any minute; a fit
+  of the settled index gives way when the load comes back; one router fits for the mesh and
+  the others install its head (``route.fitted``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`Refitter`: when and how a router refits its index's head, and installing other routers' fits.
 
 A fit runs only when agents or memories changed since the last one (`CapabilityIndex.dirty`),
-in a worker thread, within ``refit_cpu_share`` of one core over any minute (`FitBudget`).
+in the router's fit process (`mesh.router.fits`), within ``refit_cpu_share`` of one core
+over any minute (`FitBudget`).
 Once no change arrived for `SETTLE_S` (the load paused or stopped) the index gets a *full*
 fit (`CapabilityIndex.fit_directions`, as `mesh calibrate` fits) at once. While changes keep
 coming, a fit is due every ``refit_interval_s`` at most, and it refits the output layer alone
@@ -23,10 +24,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from mesh.config import Settings
-from mesh.errors import FitInterrupted
 from mesh.messaging import Publisher
 from mesh.outage import report as report_outage
-from mesh.router.fitting import FitResult, fit_outputs
+from mesh.router.fits import FitRunner, fit_runner
+from mesh.router.fitting import FitResult
 from mesh.router.index import CapabilityIndex
 from mesh.router.refits import (
     FITTED_EVENT,
@@ -65,8 +66,11 @@ class Refitter:
         own_id: str,
         model_id: str,
         registered: Mapping[str, object],
+        runner: FitRunner | None = None,
     ) -> None:
         self.index = index
+        #: where fits run (`mesh.router.fits`: this process's fit process by default)
+        self.runner = runner if runner is not None else fit_runner(settings)
         self.publisher = publisher
         self.settings = settings
         self.own_id = own_id
@@ -85,6 +89,8 @@ class Refitter:
         #: full fits given up because the load came back during them (`refit`)
         self.fits_yielded = 0
         self._closing = False
+        #: the fit running now: its ticket, and whether a change gives it up (`refit`)
+        self._running: tuple[int, bool] | None = None
         #: monotonic time of the last change to the index
         self.changed_at = 0.0
         self._registration_changed = True
@@ -97,12 +103,17 @@ class Refitter:
     def close(self) -> None:
         """A full fit running now gives up at its next step (the router is stopping)."""
         self._closing = True
+        if self._running is not None:
+            self.runner.interrupt(self._running[0])
 
     def changed(self, *, registration: bool = False) -> None:
-        """The index took a change (a registration: the next fit is a full one)."""
+        """The index took a change (a registration: the next fit is a full one); a fit of
+        the settled index running now gives way (`refit`)."""
         self.changed_at = time.monotonic()
         if registration:
             self._registration_changed = True
+        if self._running is not None and self._running[1]:
+            self.runner.interrupt(self._running[0])
 
     def plan(self, now: float) -> bool | None:
         """The fit due here and now: True a full one, False the output layer, None none."""
@@ -125,14 +136,13 @@ class Refitter:
         return False if self.budget.allows(now, outputs + full) else None
 
     async def refit(self, full: bool = True) -> float:
-        """Fit in a worker thread (`full`, else the output layer), install and announce;
-        returns the fit's CPU-seconds (the worker thread's: numpy's BLAS runs on it,
-        ``blas_threads``).
+        """Fit (`full`, else the output layer) through the runner, install and announce;
+        returns the fit's CPU-seconds (the fit process's, or the worker thread's).
 
         A full fit that began because the index settled, when nothing else asks for it (a
         head exists and no registration changed), gives way to the load: a change during
-        it gives it up (`FitInterrupted`), its CPU counted in the budget, and the changes
-        are fitted as under load until the index settles again. Any full fit gives up once
+        it gives it up (`changed`), its CPU counted in the budget, and the changes are
+        fitted as under load until the index settles again. Any full fit gives up once
         `close` was called.
         """
         started = time.monotonic()
@@ -152,36 +162,19 @@ class Refitter:
             self._registration_changed = False
         dirty_from = time.monotonic()
         self.index.dirty = False  # a change during the fit sets it again
-
-        def yields() -> bool:
-            return self._closing or (settle and self.changed_at >= dirty_from)
-
-        def fit() -> tuple[FitResult | None, float]:
-            """The fit (None: given up, `FitInterrupted`) and its CPU-seconds."""
-            cpu = time.thread_time()
-            result: FitResult | None
-            try:
-                if full or previous is None:  # (`full` covers None; mypy needs the test)
-                    result = self.index.fit_directions(yields=yields)
-                else:
-                    entries = [self.index.entry(a) for a in ids]
-                    result = fit_outputs(
-                        -1,
-                        {e.agent_id: e.registered for e in entries},
-                        [e.requests() for e in entries],
-                        [e.capability for e in entries],
-                        previous,
-                        self.index.fit_config,
-                    )
-            except FitInterrupted:
-                result = None
-            return result, time.thread_time() - cpu
-
+        if self._closing:
+            self.index.dirty = True
+            return 0.0
+        job = self.index.fit_job(None if full else previous)
+        ticket = self.runner.ticket()
+        self._running = (ticket, settle)
         try:
-            result, cpu_s = await asyncio.to_thread(fit)
+            result, cpu_s = await asyncio.to_thread(self.runner.run, job, ticket)
         except BaseException:
             self.index.dirty = True
             raise
+        finally:
+            self._running = None
         if result is None:
             self.index.dirty = True
             if self._closing:

@@ -11,7 +11,8 @@ import pytest
 from mesh.config import Settings
 from mesh.errors import FitInterrupted
 from mesh.messaging import Publisher
-from mesh.router.fitting import FitConfig, fit_member, fit_outputs, fit_snapshot
+from mesh.router.fits import Fit, InlineFits
+from mesh.router.fitting import FitConfig, FitJob, fit_member, fit_outputs, fit_snapshot
 from mesh.router.index import CapabilityIndex
 from mesh.router.refitter import SETTLE_S, Refitter
 from mesh.schemas import Event, decode, encode
@@ -44,6 +45,7 @@ def _refitter(own_id: str, index: CapabilityIndex, events: Events) -> Refitter:
         index,
         cast(Publisher, events),
         Settings(refit_cpu_share=0.1),
+        runner=InlineFits(),
         own_id=own_id,
         model_id="m",
         registered={a: ("reg", a) for a in AGENTS},
@@ -124,19 +126,28 @@ def test_no_fit_past_the_budget_of_the_minute() -> None:
     assert refitter.plan(refitter.changed_at + 61.0) is True
 
 
-def _changing_during_fits(index: CapabilityIndex, refitter: Refitter) -> list[str]:
-    """Every full fit of `index` sees a change arrive as it starts (the load came back);
-    returns what each fit was told then (yield or run on)."""
-    asked: list[str] = []
-    fit = index.fit_directions
+class ChangingFits(InlineFits):
+    """Fits in the caller's thread, each of which sees a change arrive as it starts (the
+    load came back); `asked` says what each fit then did (gave way or ran on)."""
 
-    def changing(*, yields: Any = None) -> Any:
-        refitter.changed()
-        asked.append("yields" if yields is not None and yields() else "runs")
-        return fit(yields=yields)
+    def __init__(self) -> None:
+        super().__init__()
+        self.refitter: Refitter | None = None
+        self.asked: list[str] = []
 
-    index.fit_directions = changing  # type: ignore[method-assign]
-    return asked
+    def run(self, job: FitJob, ticket: int) -> Fit:
+        assert self.refitter is not None
+        self.refitter.changed()
+        result, cpu_s = super().run(job, ticket)
+        self.asked.append("runs" if result is not None else "yields")
+        return result, cpu_s
+
+
+def _changing_during_fits(refitter: Refitter) -> list[str]:
+    runner = ChangingFits()
+    runner.refitter = refitter
+    refitter.runner = runner
+    return runner.asked
 
 
 def test_a_fit_of_the_settled_index_gives_way_when_the_load_comes_back() -> None:
@@ -145,7 +156,7 @@ def test_a_fit_of_the_settled_index_gives_way_when_the_load_comes_back() -> None
     asyncio.run(refitter.refit())  # the first head: nothing yields
     assert refitter.fits == 1 and refitter.fits_yielded == 0
     _learn(index, refitter, 1)
-    asked = _changing_during_fits(index, refitter)
+    asked = _changing_during_fits(refitter)
     refitter.changed_at -= SETTLE_S  # the index settled: the fit is for an idle router
     cpu_before = refitter.fit_cpu_s
     spent = asyncio.run(refitter.refit(True))
@@ -163,7 +174,7 @@ def test_a_fit_of_the_settled_index_gives_way_when_the_load_comes_back() -> None
 def test_a_fit_nothing_else_can_do_finishes_whatever_the_load() -> None:
     index = _index()
     refitter = _refitter("router-1", index, Events())
-    asked = _changing_during_fits(index, refitter)
+    asked = _changing_during_fits(refitter)
     asyncio.run(refitter.refit())  # no head yet
     refitter.changed(registration=True)
     refitter.changed_at -= SETTLE_S
