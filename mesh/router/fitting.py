@@ -28,6 +28,7 @@ __all__ = [
     "fit_member",
     "fit_outputs",
     "fit_snapshot",
+    "fits_head",
     "unit",
 ]
 
@@ -138,6 +139,15 @@ class FitJob:
     cfg: FitConfig
     previous: FitResult | None = None
 
+    @property
+    def heavy(self) -> bool:
+        """Whether the job fits a network (the output layer, or a head): seconds of CPU.
+        A full fit without a head computes two means: milliseconds."""
+        if self.previous is not None:
+            return True
+        agents = len(self.agents)
+        return fits_head(agents, agents + sum(len(r) for r in self.requests), self.cfg)
+
     def run(self, yields: Yield | None = None) -> FitResult:
         """The fit (`yields` is asked between the steps of a full fit: `fit_member`)."""
         if self.previous is None:
@@ -153,6 +163,12 @@ class FitJob:
         return fit_outputs(
             self.version, self.agents, self.requests, self.capabilities, self.previous, self.cfg
         )
+
+
+def fits_head(agents: int, texts: int, cfg: FitConfig) -> bool:
+    """Whether a full fit of `agents` agents and `texts` texts fits a head: two agents at
+    least, a head weight, and texts x agents within `FitConfig.max_cells`."""
+    return agents >= 2 and cfg.logprob_weight > 0 and texts * agents <= cfg.max_cells
 
 
 def fit_snapshot(
@@ -182,7 +198,7 @@ def fit_snapshot(
     )
     n = len(agents)
     texts = n + len(req_all)
-    if n < 2 or cfg.logprob_weight <= 0 or texts * n > cfg.max_cells:
+    if not fits_head(n, texts, cfg):
         if texts * n > cfg.max_cells:
             logger.info("head fit skipped: %d texts x %d agents over max_cells", texts, n)
         return FitResult(version, agents, cap_mean, req_mean, None)

@@ -26,7 +26,7 @@ from typing import Any
 from mesh.config import Settings
 from mesh.messaging import Publisher
 from mesh.outage import report as report_outage
-from mesh.router.fits import FitRunner, fit_runner
+from mesh.router.fits import Fit, FitRunner, fit_runner
 from mesh.router.fitting import FitResult
 from mesh.router.index import CapabilityIndex
 from mesh.router.refits import (
@@ -165,11 +165,16 @@ class Refitter:
         if self._closing:
             self.index.dirty = True
             return 0.0
-        job = self.index.fit_job(None if full else previous)
         ticket = self.runner.ticket()
         self._running = (ticket, settle)
+        refine = None if full else previous
+
+        def fit() -> Fit:
+            # the snapshot too is taken off the event loop (10,000 agents' arrays)
+            return self.runner.run(self.index.fit_job(refine), ticket)
+
         try:
-            result, cpu_s = await asyncio.to_thread(self.runner.run, job, ticket)
+            result, cpu_s = await asyncio.to_thread(fit)
         except BaseException:
             self.index.dirty = True
             raise

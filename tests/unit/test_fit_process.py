@@ -149,3 +149,21 @@ def test_the_process_ends_when_its_router_is_killed() -> None:
         finally:
             if parent.poll() is None:
                 parent.kill()
+
+
+def test_a_fit_without_a_head_stays_in_the_router(fits: FitProcess) -> None:
+    """Past max_cells (or below two agents) a fit is two means: no trip to the child."""
+    job = _job()
+    light = FitJob(
+        job.version,
+        job.agents,
+        job.capabilities,
+        job.requests,
+        DIM,
+        FitConfig(steps=30, hidden=8, members=2, max_cells=10),
+    )
+    assert job.heavy and not light.heavy
+    result, _ = fits.run(light, fits.ticket())
+    assert result is not None and result.head is None
+    np.testing.assert_allclose(result.capability_mean, np.mean(job.capabilities, axis=0))
+    assert fits.started == 0 and fits.pid is None
