@@ -155,6 +155,7 @@ async def wait_for(
         if time.monotonic() > end:
             raise ConfigError(f"timed out after {timeout:.0f} s waiting for {what}")
         await asyncio.sleep(0.2)  # a poll of other processes, bounded by the deadline
+    raise_if_cancelling()  # the last poll held, and may have swallowed a Ctrl-C
 
 
 async def _holds(fact: Callable[[], Awaitable[bool]]) -> bool:
@@ -320,6 +321,7 @@ async def _demo(
         if json_path is not None:
             await asyncio.to_thread(json_path.write_bytes, dumps(summary))
             print(f"summary written to {json_path}")
+        raise_if_cancelling()  # interrupted: no summary code (the run exits 130)
         if cleanup:
             await clear_namespace(conn)
         else:

@@ -19,6 +19,7 @@ from mesh.demo.fleet import Fleet
 from mesh.demo.tail import EventTail
 from mesh.errors import MeshError
 from mesh.schemas import Result, TaskEnvelope
+from mesh.tasks import raise_if_cancelling
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ class DemoRun:
     async def send(
         self, story: str, envelope: TaskEnvelope, expect: Expect, *, wait_s: float | None = None
     ) -> Result | None:
+        raise_if_cancelling()  # a Ctrl-C a library swallowed stops the demo at the next ask
         began = time.monotonic()
         label = " ".join(envelope.capability.split())[:60]
         self.show(f"  {self.since():7.3f}s  ask    {label}")

@@ -80,7 +80,11 @@ async def test_a_new_agent_gets_its_quota_until_it_completed_n_tasks(
         assert [r.agent_id for r in routed].count("refunds-new") == 2
         assert routed[3].agent_id == "refunds-new" and routed[7].agent_id == "refunds-new"
         if below:
-            event = next(e for e in tap.events if e.task_id == routed[3].task_id)
+            # decisions go out in batches: the Result can arrive before its decision event
+            event = await wait_until(
+                lambda: next((e for e in tap.events if e.task_id == routed[3].task_id), None),
+                timeout=10,
+            )
             cand = {c["agent_id"]: c for c in event.data["candidates"]}
             assert cand["refunds-new"]["filtered"] == "below_threshold"
             assert cand["refunds"]["filtered"] is None
