@@ -5,11 +5,13 @@ they teach still learned, instead of waiting for the fit to end."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
+from mesh.router.fits import FitProcess
 from tests.conftest import wait_until
 from tests.integration.routing_kit import SemanticMesh, agent
 
@@ -57,3 +59,14 @@ async def test_records_are_written_and_texts_learned_while_a_fit_runs(
         assert not release.is_set()  # all of it while the fit still ran
     finally:
         release.set()
+
+
+async def test_a_routers_head_is_fitted_in_its_fit_process(mesh: SemanticMesh) -> None:
+    await mesh.start(*AGENTS)
+    assert mesh.selector is not None
+    keeper = mesh.selector.keeper
+    await wait_until(lambda: keeper.fits >= 1 and mesh.selector.index.fitted, timeout=30)
+    runner = keeper.refitter.runner
+    assert isinstance(runner, FitProcess)
+    assert runner.started >= 1 and runner.pid not in (None, os.getpid())
+    assert keeper.fit_cpu_s > 0  # the child's CPU, counted in the router's budget
