@@ -10,7 +10,10 @@ process and started on the first fit:
 - the parent sends a `FitJob` (a snapshot of plain arrays) and waits for its `FitResult` in
   a worker thread that sleeps on a pipe, so the event loop goes on at full speed;
 - the fit reports the child's CPU-seconds, which the router's `FitBudget` counts; the child
-  runs at a lower priority (`NICE`) with numpy's BLAS on ``blas_threads`` threads;
+  runs on idle CPU only (``SCHED_IDLE``; nice 19 where that is refused), with numpy's BLAS
+  on ``blas_threads`` threads: on a busy machine a fit waits instead of taking a core from
+  the broker, the workers or the router (the router's first fit, before it serves, runs in
+  a thread of its own: `Refitter.refit`);
 - `interrupt` gives a running or queued fit up at its next step (a fit of the settled index
   when the load comes back, a router stopping): the child's reader thread marks it;
 - the child exits when the parent's end of its pipe closes (the router stopped or was
@@ -42,13 +45,10 @@ from mesh.config import Settings
 from mesh.errors import FitInterrupted, FitProcessLost
 from mesh.router.fitting import FitJob, FitResult
 
-__all__ = ["NICE", "Fit", "FitProcess", "FitRunner", "InlineFits", "fit_runner"]
+__all__ = ["Fit", "FitProcess", "FitRunner", "InlineFits", "fit_runner"]
 
 logger = logging.getLogger(__name__)
 
-#: the fit process runs this much nicer than the router (fits wait for the live pipeline
-#: on a busy machine; the budget bounds their CPU either way)
-NICE = 5
 #: a frame on the pipe: its length, then a pickle
 _LENGTH = struct.Struct("!Q")
 
@@ -234,6 +234,15 @@ def _read(stream: IO[bytes]) -> Any:
 # --- the child -------------------------------------------------------------------------------
 
 
+def _idle_only() -> None:
+    """This process (and the threads it starts) runs when a core is otherwise idle."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or refused: the lowest priority instead
+        with contextlib.suppress(OSError):
+            os.nice(19)
+
+
 def serve() -> None:
     """The fit process: read fits and interrupts from stdin, answer fits on stdout.
 
@@ -241,7 +250,7 @@ def serve() -> None:
     while that fit runs) and exits the process when stdin closes: the router is gone.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the router's
-    os.nice(NICE)
+    _idle_only()
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print of a library must not reach the pipe
     requests = os.fdopen(os.dup(0), "rb")

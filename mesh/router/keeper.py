@@ -140,7 +140,7 @@ class IndexKeeper:
         for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
             await self._sync_agent(agent_id)
         await self._load_memories()
-        await self.refitter.refit()
+        await self.refitter.refit(here=True)  # nothing is routed yet: no loop to keep free
         await self.subscriber.start()
         self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
 

@@ -26,7 +26,7 @@ from typing import Any
 from mesh.config import Settings
 from mesh.messaging import Publisher
 from mesh.outage import report as report_outage
-from mesh.router.fits import Fit, FitRunner, fit_runner
+from mesh.router.fits import Fit, FitRunner, InlineFits, fit_runner
 from mesh.router.fitting import FitResult
 from mesh.router.index import CapabilityIndex
 from mesh.router.refits import (
@@ -71,6 +71,9 @@ class Refitter:
         self.index = index
         #: where fits run (`mesh.router.fits`: this process's fit process by default)
         self.runner = runner if runner is not None else fit_runner(settings)
+        #: the first fit, before the router serves, runs in a thread of the router (nothing
+        #: waits on its event loop yet, and the fit process runs on idle CPU only)
+        self._here = InlineFits()
         self.publisher = publisher
         self.settings = settings
         self.own_id = own_id
@@ -89,8 +92,8 @@ class Refitter:
         #: full fits given up because the load came back during them (`refit`)
         self.fits_yielded = 0
         self._closing = False
-        #: the fit running now: its ticket, and whether a change gives it up (`refit`)
-        self._running: tuple[int, bool] | None = None
+        #: the fit running now: its runner, ticket, and whether a change gives it up
+        self._running: tuple[FitRunner, int, bool] | None = None
         #: monotonic time of the last change to the index
         self.changed_at = 0.0
         self._registration_changed = True
@@ -104,7 +107,8 @@ class Refitter:
         """A full fit running now gives up at its next step (the router is stopping)."""
         self._closing = True
         if self._running is not None:
-            self.runner.interrupt(self._running[0])
+            runner, ticket, _ = self._running
+            runner.interrupt(ticket)
 
     def changed(self, *, registration: bool = False) -> None:
         """The index took a change (a registration: the next fit is a full one); a fit of
@@ -112,8 +116,9 @@ class Refitter:
         self.changed_at = time.monotonic()
         if registration:
             self._registration_changed = True
-        if self._running is not None and self._running[1]:
-            self.runner.interrupt(self._running[0])
+        if self._running is not None and self._running[2]:
+            runner, ticket, _ = self._running
+            runner.interrupt(ticket)
 
     def plan(self, now: float) -> bool | None:
         """The fit due here and now: True a full one, False the output layer, None none."""
@@ -135,9 +140,10 @@ class Refitter:
             return True if self.budget.allows(now, full) else None
         return False if self.budget.allows(now, outputs + full) else None
 
-    async def refit(self, full: bool = True) -> float:
-        """Fit (`full`, else the output layer) through the runner, install and announce;
-        returns the fit's CPU-seconds (the fit process's, or the worker thread's).
+    async def refit(self, full: bool = True, *, here: bool = False) -> float:
+        """Fit (`full`, else the output layer) through the runner (`here`: in a worker
+        thread of the router, for the fit before it serves), install and announce; returns
+        the fit's CPU-seconds (the fit process's, or the worker thread's).
 
         A full fit that began because the index settled, when nothing else asks for it (a
         head exists and no registration changed), gives way to the load: a change during
@@ -165,13 +171,14 @@ class Refitter:
         if self._closing:
             self.index.dirty = True
             return 0.0
-        ticket = self.runner.ticket()
-        self._running = (ticket, settle)
+        runner = self._here if here else self.runner
+        ticket = runner.ticket()
+        self._running = (runner, ticket, settle)
         refine = None if full else previous
 
         def fit() -> Fit:
             # the snapshot too is taken off the event loop (10,000 agents' arrays)
-            return self.runner.run(self.index.fit_job(refine), ticket)
+            return runner.run(self.index.fit_job(refine), ticket)
 
         try:
             result, cpu_s = await asyncio.to_thread(fit)

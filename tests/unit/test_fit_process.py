@@ -73,6 +73,7 @@ def test_a_fit_in_the_process_is_the_fit_in_a_thread(fits: FitProcess) -> None:
     assert cpu_s > 0  # the child's CPU, for the router's budget
     assert fits.pid is not None and fits.pid != os.getpid()
     assert fits.started == 1
+    assert os.sched_getscheduler(fits.pid) == os.SCHED_IDLE  # idle CPU only
 
 
 def test_an_interrupted_fit_gives_up_and_the_next_one_runs(fits: FitProcess) -> None:
