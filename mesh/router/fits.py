@@ -59,6 +59,10 @@ Fit = tuple[FitResult | None, float]
 class FitRunner(Protocol):
     """Runs fits away from the event loop; `run` blocks (call it through a thread)."""
 
+    def start(self) -> None:
+        """Get ready for fits (a child process starts importing); returns at once."""
+        ...
+
     def ticket(self) -> int:
         """A number for the next fit, to `interrupt` it by."""
         ...
@@ -84,6 +88,9 @@ class InlineFits(_Tickets):
     def __init__(self) -> None:
         super().__init__()
         self._interrupted: set[int] = set()
+
+    def start(self) -> None:
+        return None
 
     def run(self, job: FitJob, ticket: int) -> Fit:
         cpu = time.thread_time()
@@ -116,6 +123,15 @@ class FitProcess(_Tickets):
     def pid(self) -> int | None:
         """The running child's process id (None before the first fit)."""
         return None if self._child is None else self._child.pid
+
+    def start(self) -> None:
+        """Start the child now (its imports take about a CPU-second, on idle CPU), so the
+        first fit does not wait for them. Never blocks: a fit running now has a child."""
+        if self._turn.acquire(blocking=False):
+            try:
+                self._running()
+            finally:
+                self._turn.release()
 
     def run(self, job: FitJob, ticket: int) -> Fit:
         if not job.heavy:
@@ -180,6 +196,10 @@ class FitProcess(_Tickets):
             close_fds=True,
         )
         self.started += 1
+        # idle CPU only from its first instruction on (the child asks again, for where
+        # this is refused): its imports too wait for idle cores
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setscheduler(self._child.pid, os.SCHED_IDLE, os.sched_param(0))
         logger.debug("fit process %d started", self._child.pid)
         return self._child
 

@@ -136,6 +136,7 @@ class IndexKeeper:
 
     # --- life cycle ------------------------------------------------------------------------
     async def start(self) -> None:
+        self.refitter.runner.start()  # the fit process imports while the index loads
         self.snapshot.on_change(self._on_agent_change)
         for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
             await self._sync_agent(agent_id)

@@ -168,3 +168,14 @@ def test_a_fit_without_a_head_stays_in_the_router(fits: FitProcess) -> None:
     assert result is not None and result.head is None
     np.testing.assert_allclose(result.capability_mean, np.mean(job.capabilities, axis=0))
     assert fits.started == 0 and fits.pid is None
+
+
+def test_a_started_process_imports_on_idle_cpu_and_serves_the_first_fit(
+    fits: FitProcess,
+) -> None:
+    fits.start()  # returns at once: the child imports meanwhile
+    assert fits.started == 1 and fits.pid is not None
+    assert os.sched_getscheduler(fits.pid) == os.SCHED_IDLE  # set by the router at spawn
+    result, _ = fits.run(_job(), fits.ticket())
+    assert result is not None and result.head is not None
+    assert fits.started == 1  # the same child
