@@ -112,6 +112,8 @@ class FitProcess(_Tickets):
     def __init__(self, blas_threads: int | None = 1) -> None:
         super().__init__()
         self.blas_threads = blas_threads
+        #: fits without a network (`FitJob.heavy` False) run here, in the calling thread
+        self._here = InlineFits()
         self._child: subprocess.Popen[bytes] | None = None
         #: one fit at a time on the pipe; writes (fits, interrupts) one frame at a time
         self._turn = threading.Lock()
@@ -137,8 +139,7 @@ class FitProcess(_Tickets):
         if not job.heavy:
             # two means (no head: too few agents, or past max_cells): cheaper here than
             # the arrays' trip through the pipe, which at 10,000 agents is ~100 MB
-            cpu = time.thread_time()
-            return job.run(), time.thread_time() - cpu
+            return self._here.run(job, ticket)
         with self._turn:
             child = self._running()
             try:
