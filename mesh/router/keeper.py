@@ -67,6 +67,12 @@ STATS_REFRESH_S = 1.0
 FLUSH_INTERVAL_S = 0.2
 #: how often this router's outcome counts go to the other routers (one ``route.counts``)
 COUNTS_INTERVAL_S = 0.5
+#: a router that starts while agents register (one registered within this long) takes them
+#: in until registrations pause this long, then makes its first fit: one fit of all of
+#: them, instead of one of the first few now and a full one of all again under the load
+ARRIVALS_QUIET_S = 1.0
+#: ... waiting at most this long (agents that keep arriving are fitted as usual)
+ARRIVALS_WAIT_S = 5.0
 
 
 class IndexKeeper:
@@ -140,10 +146,34 @@ class IndexKeeper:
         self.snapshot.on_change(self._on_agent_change)
         for agent_id in [a.agent_id for a in self.snapshot.all_agents()]:
             await self._sync_agent(agent_id)
+        await self._await_arrivals()
         await self._load_memories()
         await self.refitter.refit(here=True)  # nothing is routed yet: no loop to keep free
         await self.subscriber.start()
         self._loop_task = asyncio.create_task(self._maintain(), name=f"keeper-{self.keeper_id}")
+
+    async def _await_arrivals(self) -> None:
+        """While agents are registering, take them in until registrations pause for
+        `ARRIVALS_QUIET_S` (at most `ARRIVALS_WAIT_S`); at once when none registered lately."""
+        now = now_ms()
+        recent = now - int(ARRIVALS_QUIET_S * 1000)
+        if not any(
+            i.registered_ms >= recent
+            for a in self.snapshot.all_agents()
+            for i in a.live_instances(now)
+        ):
+            return
+        deadline = time.monotonic() + ARRIVALS_WAIT_S
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(ARRIVALS_QUIET_S, left)):
+                    await self._wake.wait()
+            self._wake.clear()
+            changed, self._dirty_agents = self._dirty_agents, set()
+            for agent_id in changed:
+                await self._sync_agent(agent_id)
+            if not changed:
+                return
 
     async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         queue = await channel.declare_queue(

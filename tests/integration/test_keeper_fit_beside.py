@@ -9,9 +9,13 @@ import os
 
 import pytest
 
+from mesh.access.roles import Role
 from mesh.client import MeshClient
 from mesh.connection import MeshConnection
+from mesh.router import keeper as keeper_module
 from mesh.router.fits import FitProcess
+from mesh.services import start_registry, start_worker
+from mesh.worker.agent import Agent
 from tests.conftest import wait_until
 from tests.integration.routing_kit import SemanticMesh, agent
 
@@ -78,3 +82,35 @@ async def test_a_routers_head_is_fitted_in_its_fit_process(mesh: SemanticMesh) -
     assert index.fitted
     assert runner.started >= max(started, 1) and runner.pid not in (None, os.getpid())
     assert keeper.fit_cpu_s > cpu_s  # the child's CPU, counted in the router's budget
+
+
+async def test_a_router_started_while_agents_register_fits_them_all_at_once(
+    mesh: SemanticMesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a pause of 3 s ends the arrivals here (1 s by default): a loaded machine's
+    # registrations 0.2 s apart stay one wave
+    monkeypatch.setattr(keeper_module, "ARRIVALS_QUIET_S", 3.0)
+    monkeypatch.setattr(keeper_module, "ARRIVALS_WAIT_S", 30.0)
+    mesh.stops.append(await start_registry(await mesh.connection_of(Role("registry"))))
+
+    async def join(a: Agent) -> None:
+        conn = await mesh.connection_of(Role("worker", a.agent_id))
+        mesh.stops.append(await start_worker(conn, a, grace_s=2))
+
+    first, *later = AGENTS
+    await join(first)
+
+    async def arrive() -> None:
+        for a in later:
+            await asyncio.sleep(0.2)
+            await join(a)
+
+    arriving = asyncio.create_task(arrive())
+    selector = await mesh.start_router()
+    await arriving
+    keeper = selector.keeper
+    # the router's first fit, made before it serves, took in the agents still registering:
+    # one fit of all three, none due after it
+    assert set(selector.index.ids) == {a.agent_id for a in AGENTS}
+    assert selector.index.fitted and not selector.index.dirty
+    assert keeper.fits == 1 and keeper.refitter.full_fits == 1
