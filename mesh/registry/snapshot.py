@@ -191,6 +191,8 @@ class AgentSnapshot(Lifecycle):
         self._changed(agent.agent_id)
 
     def _apply_leases(self, event: Event) -> None:
+        # a renewal sets its lease to end lease_ttl after the registry took the heartbeat
+        ttl_ms = round(self.conn.settings.lease_ttl_s * 1000)
         for iid, agent_id, token, expires, in_flight, max_conc in lease_rows(event):
             agent = self._agents.get(agent_id)
             known = agent.instances.get(iid) if agent else None
@@ -199,7 +201,11 @@ class AgentSnapshot(Lifecycle):
             if expires < known.lease_expires_ms:
                 continue
             agent.instances[iid] = replace(
-                known, lease_expires_ms=expires, in_flight=in_flight, max_concurrency=max_conc
+                known,
+                lease_expires_ms=expires,
+                last_heartbeat_ms=expires - ttl_ms,
+                in_flight=in_flight,
+                max_concurrency=max_conc,
             )
 
     # --- resync ------------------------------------------------------------------------------

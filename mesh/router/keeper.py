@@ -48,6 +48,7 @@ from mesh.router.outcomes import (
 )
 from mesh.router.refits import FITTED_EVENT
 from mesh.router.refitter import SETTLE_S, Refitter
+from mesh.router.stats import UnheardDispatches
 from mesh.router.vectors import VectorCache
 from mesh.schemas import Event, now_ms
 from mesh.tasks import raise_if_cancelling
@@ -98,6 +99,8 @@ class IndexKeeper:
         self.vectors = VectorCache(conn.redis, conn.keys, embedder)
         self.memory: ExampleMemory = ledger.memory
         self._registered: dict[str, Any] = {}
+        #: this router's dispatches no heartbeat has counted yet: added to the agents' loads
+        self._unheard = UnheardDispatches()
         self._dirty_agents: set[str] = set()
         #: agents whose outcome counts changed since their stats were last refreshed
         self._stats_due: set[str] = set()
@@ -212,8 +215,10 @@ class IndexKeeper:
         return state is not None and state.is_live(now_ms())
 
     def count_dispatch(self, agent_id: str) -> None:
-        """One more task in flight until the next heartbeat says otherwise (no herding)."""
+        """One more task in flight until a heartbeat taken after it or its outcome says
+        otherwise (no herding): a load refresh from an older heartbeat keeps it."""
         self.index.count_dispatch(agent_id)
+        self._unheard.sent(agent_id, now_ms())
 
     # --- registry changes ------------------------------------------------------------------
     def _on_agent_change(self, agent_id: str) -> None:
@@ -257,7 +262,7 @@ class IndexKeeper:
             self.index.set_stats(agent_id, self.stats_of(state, now))
 
     def stats_of(self, state: AgentState, now: int) -> AgentStats:
-        load = state.load(now)
+        load = state.load(now) + self._unheard_by(state, now)
         reg = state.registration
         return AgentStats(
             load=load,
@@ -270,6 +275,14 @@ class IndexKeeper:
             priority=round((reg.priority_bonus if reg else 0.0) * 10),
             completed=self.ledger.completed(state.agent_id),
         )
+
+    def _unheard_by(self, state: AgentState, now: int) -> int:
+        """This router's dispatches to `state`'s agent its last heartbeat cannot count."""
+        if state.agent_id not in self._unheard:
+            return 0
+        heard = max((i.last_heartbeat_ms for i in state.live_instances(now)), default=now)
+        lease_ms = round(self.settings.lease_ttl_s * 1000)
+        return self._unheard.count(state.agent_id, heard, now, lease_ms)
 
     def _take_stats_due(self) -> set[str]:
         due, self._stats_due = self._stats_due, set()
@@ -472,6 +485,8 @@ class IndexKeeper:
         self.outcome_events += 1
         if agent_id is None:
             return
+        if own:
+            self._unheard.ended(agent_id)  # one of this router's tasks there ended
         # its stats are refreshed once per round of the loop, however many outcomes came
         self._stats_due.add(agent_id)
         due = self._due_at()

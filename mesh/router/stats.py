@@ -4,7 +4,7 @@ Python objects."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -88,3 +88,40 @@ class StatsTable:
             priority=int(self.priority[row]),
             completed=int(self.completed[row]),
         )
+
+
+@dataclass(slots=True)
+class UnheardDispatches:
+    """A router's dispatches that the agent's heartbeats cannot have counted yet.
+
+    A heartbeat carries an agent's tasks in flight; the loads a router refreshes from the
+    last one it heard would drop a task dispatched after that heartbeat was taken, and the
+    next task would go to the same agent (herding). Each dispatch is kept, with when it was
+    made (epoch ms), until a heartbeat taken after it, its outcome, or a lease's length.
+    """
+
+    _sent: dict[str, list[int]] = field(default_factory=dict)
+
+    def __contains__(self, agent_id: str) -> bool:
+        return agent_id in self._sent
+
+    def sent(self, agent_id: str, at_ms: int) -> None:
+        self._sent.setdefault(agent_id, []).append(at_ms)
+
+    def ended(self, agent_id: str) -> None:
+        """One of this router's tasks at `agent_id` ended (its outcome arrived)."""
+        sent = self._sent.get(agent_id)
+        if sent:
+            sent.pop(0)
+
+    def count(self, agent_id: str, heard_ms: int, now_ms: int, lease_ms: int) -> int:
+        """Dispatches to `agent_id` made after its last heartbeat was taken (`heard_ms`)
+        and within the last `lease_ms` (a later heartbeat must have come by then)."""
+        sent = self._sent.get(agent_id)
+        if not sent:
+            return 0
+        since = max(heard_ms, now_ms - lease_ms)
+        sent[:] = [t for t in sent if t > since]
+        if not sent:
+            del self._sent[agent_id]
+        return len(sent)

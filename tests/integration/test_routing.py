@@ -88,9 +88,8 @@ async def test_required_tags_filter_the_candidates(
             assert r.output == {"by": f"billing-{region}"}
 
 
-async def test_near_tie_is_arbitrated_and_load_separates_equals(
-    mesh: SemanticMesh, conn: MeshConnection
-) -> None:
+async def _two_equal_translators(mesh: SemanticMesh) -> asyncio.Event:
+    """Two agents with the same texts whose tasks wait until the returned event is set."""
     release = asyncio.Event()
 
     async def slow(task: TaskEnvelope) -> dict[str, Any]:
@@ -103,6 +102,13 @@ async def test_near_tie_is_arbitrated_and_load_separates_equals(
         agent("translator-a", text, examples, reply=slow),
         agent("translator-b", text, examples, reply=slow),
     )
+    return release
+
+
+async def test_near_tie_is_arbitrated_and_load_separates_equals(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    release = await _two_equal_translators(mesh)
     assert mesh.selector is not None
     # both agents are cold: without this, the cold-start quota gives the runner-up a task
     mesh.selector.weights = dataclasses.replace(mesh.selector.weights, exploration_share=0.0)
@@ -122,6 +128,31 @@ async def test_near_tie_is_arbitrated_and_load_separates_equals(
     assert abs(top[0]["similarity"] - top[1]["similarity"]) < 1e-4
     # the first one is now busy: the second task goes to the other, idle one
     assert after.agent_id != tie.agent_id
+
+
+async def test_a_load_refresh_from_an_older_heartbeat_keeps_the_dispatch(
+    mesh: SemanticMesh, conn: MeshConnection
+) -> None:
+    """The router re-reads loads from the agents' last heartbeats every second; one taken
+    before a dispatch must not make the busy agent look idle (the second task would follow
+    the first one there)."""
+    release = await _two_equal_translators(mesh)
+    assert mesh.selector is not None
+    keeper = mesh.selector.keeper
+    mesh.selector.weights = dataclasses.replace(mesh.selector.weights, exploration_share=0.0)
+    tap = await EventTap(conn, "route.decision").start()
+    async with MeshClient(conn) as client:
+        first = asyncio.ensure_future(client.request("translate my letter to French", wait_s=20))
+        await wait_until(lambda: len(tap.of("route.decision")) == 1, timeout=10)
+        busy = tap.events[0].agent_id
+        assert busy is not None
+        keeper._refresh_stats()  # the periodic refresh, before the agent's next heartbeat
+        assert mesh.selector.index.stats(busy).load >= 1
+        second = asyncio.ensure_future(client.request("translate my CV into French", wait_s=20))
+        await wait_until(lambda: len(tap.of("route.decision")) == 2, timeout=10)
+        release.set()
+        await asyncio.gather(first, second)
+    assert tap.events[1].agent_id not in (None, busy)
 
 
 async def test_fallback_takes_what_nobody_matches_with_low_confidence(

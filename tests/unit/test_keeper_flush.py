@@ -14,6 +14,7 @@ from mesh.router.breaker import BreakerBoard
 from mesh.router.keeper import COUNTS_INTERVAL_S, FLUSH_INTERVAL_S, IndexKeeper
 from mesh.router.memory import ExampleMemory
 from mesh.router.outcomes import COUNTS_EVENT, OutcomeLedger
+from mesh.router.stats import UnheardDispatches
 from mesh.schemas import Event, TaskEnvelope
 from tests.unit.ledger_fakes import FakeConn, FakeMemory
 
@@ -52,6 +53,7 @@ def _keeper() -> tuple[IndexKeeper, FakeMemory, FakePublisher]:
     keeper.keeper_id = "r1"
     keeper.outcome_events = 0
     keeper._stats_due = set()
+    keeper._unheard = UnheardDispatches()
     keeper._wake = asyncio.Event()
     keeper._last_flush = keeper._last_counts = float("-inf")
     keeper._wake_at = float("inf")
