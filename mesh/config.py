@@ -606,6 +606,11 @@ class Settings(BaseModel):
     def redis_url_masked(self) -> str:
         return mask_url(self.redis_url.get_secret_value())
 
+    @property
+    def lease_ttl_ms(self) -> int:
+        """`lease_ttl_s` in milliseconds, as the registry sets a renewed lease's end."""
+        return round(self.lease_ttl_s * 1000)
+
 
 #: the most one band may weigh (a weight is a share of slots, not a count)
 MAX_PRIORITY_WEIGHT = 100

@@ -192,7 +192,7 @@ class AgentSnapshot(Lifecycle):
 
     def _apply_leases(self, event: Event) -> None:
         # a renewal sets its lease to end lease_ttl after the registry took the heartbeat
-        ttl_ms = round(self.conn.settings.lease_ttl_s * 1000)
+        ttl_ms = self.conn.settings.lease_ttl_ms
         for iid, agent_id, token, expires, in_flight, max_conc in lease_rows(event):
             agent = self._agents.get(agent_id)
             known = agent.instances.get(iid) if agent else None

@@ -5,7 +5,7 @@ worker thread of the router every step holds the GIL the event loop needs to rou
 router fitted its head after start or after a registration, the latency of the tasks it
 routed meanwhile rose several fold. `FitProcess` runs fits in one child interpreter per
 router process instead (``python -m mesh.router.fits``), shared by the routers of that
-process and started on the first fit:
+process and started with the first router's index keeper (`FitRunner.start`):
 
 - the parent sends a `FitJob` (a snapshot of plain arrays) and waits for its `FitResult` in
   a worker thread that sleeps on a pipe, so the event loop goes on at full speed;

@@ -172,11 +172,17 @@ class IndexKeeper:
                 async with asyncio.timeout(min(ARRIVALS_QUIET_S, left)):
                     await self._wake.wait()
             self._wake.clear()
-            changed, self._dirty_agents = self._dirty_agents, set()
-            for agent_id in changed:
-                await self._sync_agent(agent_id)
-            if not changed:
+            if not await self._sync_changed():
                 return
+
+    async def _sync_changed(self) -> bool:
+        """Take in the registry changes that came since the last call; False: none came."""
+        changed, self._dirty_agents = self._dirty_agents, set()
+        for agent_id in changed:
+            await self._sync_agent(agent_id)
+        if changed:
+            self.synced.set()
+        return bool(changed)
 
     async def _declare(self, channel: AbstractChannel) -> AbstractQueue:
         queue = await channel.declare_queue(
@@ -281,8 +287,7 @@ class IndexKeeper:
         if state.agent_id not in self._unheard:
             return 0
         heard = max((i.last_heartbeat_ms for i in state.live_instances(now)), default=now)
-        lease_ms = round(self.settings.lease_ttl_s * 1000)
-        return self._unheard.count(state.agent_id, heard, now, lease_ms)
+        return self._unheard.count(state.agent_id, heard, now, self.settings.lease_ttl_ms)
 
     def _take_stats_due(self) -> set[str]:
         due, self._stats_due = self._stats_due, set()
@@ -326,11 +331,7 @@ class IndexKeeper:
                     await self._wake.wait()
             self._wake.clear()
             try:
-                changed, self._dirty_agents = self._dirty_agents, set()
-                for agent_id in changed:
-                    await self._sync_agent(agent_id)
-                if changed:
-                    self.synced.set()
+                await self._sync_changed()
                 await self._flush()
                 if self._memory_dirty:
                     await self._load_memories()
