@@ -237,7 +237,8 @@ class Compound:
                 score=confidence,
                 low_confidence=confidence < deps.settings.low_confidence_threshold,
             )
-            plan = Plan(plan.envelope, RouteChoice(plan.choice.agent_id, route, explain), None)
+            choice = RouteChoice(plan.choice.agent_id, route, explain, learns=plan.choice.learns)
+            plan = Plan(plan.envelope, choice, None)
         received = time.perf_counter()
         as_sent = Delivery(
             raw,

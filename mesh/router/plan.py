@@ -25,6 +25,9 @@ class RouteChoice:
     #: the cold agents close on the task, whose quota counts it once it is dispatched
     #: (`mesh.router.coldstart`)
     contested: tuple[str, ...] = ()
+    #: learn the task's text for `agent_id` when it completes; False on a detour around a
+    #: more relevant agent's open breaker, which must not outlive the outage
+    learns: bool = True
 
 
 class Selector(Protocol):

@@ -238,6 +238,9 @@ class SemanticSelector(Lifecycle):
             waiting = not self.keeper.is_live(decision.agent_id)
             if waiting:
                 explain["waiting_for_instance"] = True
+            detour = self._detour_around(decision, row)
+            if detour:
+                explain["breaker_detour"] = detour
             return RouteChoice(
                 decision.agent_id,
                 RouteInfo(
@@ -248,6 +251,7 @@ class SemanticSelector(Lifecycle):
                 ),
                 explain,
                 decision.contested,
+                learns=not detour,
             )
         choice = await self._bid_or_fallback(envelope, decision, explain)
         if choice is not None:
@@ -259,6 +263,18 @@ class SemanticSelector(Lifecycle):
             self.publisher, envelope, None, {}, explain, redact=self._redact_decisions
         )
         return miss
+
+    def _detour_around(self, decision: Decision, chosen: int) -> list[str]:
+        """The agents behind an open breaker that match the task better than the row
+        `chosen` (by similarity and keyword): while one does, the choice is a detour."""
+        blocked = self.breakers.blocked()
+        if not blocked:
+            return []
+        relevance = decision.similarity + decision.keyword
+        index = self.index
+        return sorted(
+            a for a in blocked if a in index and relevance[index.row(a)] > relevance[chosen]
+        )
 
     async def admits(self, agent_id: str) -> bool:
         """May a task go to `agent_id` now: its breaker (this router's, or another's through
@@ -285,10 +301,11 @@ class SemanticSelector(Lifecycle):
         """The router published `choice` and it was confirmed: now it counts. The text of a
         task the router chose is learned when it completes; a target's is not (the caller
         chose the agent: learning it would cost an embedding, a ``route.learned`` for every
-        router and head refits, and teach nothing about choosing)."""
+        router and head refits, and teach nothing about choosing); nor is a detour's around
+        an open breaker (it would keep the detour after the outage)."""
         self.breakers.on_dispatch(choice.agent_id)
         self.keeper.count_dispatch(choice.agent_id)
-        learns = choice.route.strategy != "target"
+        learns = choice.learns and choice.route.strategy != "target"
         self.ledger.remember(envelope, choice.agent_id, learns=learns)
         if choice.contested:
             self.ledger.quota.record(choice.contested, choice.agent_id)

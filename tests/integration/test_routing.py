@@ -281,6 +281,8 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
             assert seen.count("weather-a") == 3  # min_calls failures, all on the best match
             r = await client.request("will it rain in Paris tomorrow", wait_s=20)
             assert r.output == {"by": "weather-b"}  # open: weather-a is skipped
+            # ... and the detour is not learned: weather-b would keep the text afterwards
+            await wait_until(lambda: _outcomes(m) >= len(seen) + 1, timeout=5)
             healthy.set()
             await wait_until(lambda: breakers.state("weather-a") == "half_open", timeout=5)
             # half-open: weather-a may take a probe again when it is the best choice (its
@@ -291,8 +293,17 @@ async def test_breaker_opens_on_failures_and_recovers_after_a_probe(
                 probes.append(r.agent_id)
                 assert len(probes) <= 5, probes
             await wait_until(lambda: breakers.state("weather-a") == "closed", timeout=5)
+        # the probe's completion is written after the detour's (one flush after another)
+        memory = ExampleMemory(conn2.redis, conn2.keys)
+        await wait_until(lambda: _completed(memory, "weather-a"), timeout=10)
+        assert not await _has_text(memory, "weather-b", "will it rain in Paris tomorrow")
+        assert (await memory.load("weather-b")).completed >= 1
     finally:
         await m.close()
+
+
+async def _completed(memory: ExampleMemory, agent_id: str) -> bool:
+    return (await memory.load(agent_id)).completed >= 1
 
 
 def _outcomes(m: SemanticMesh) -> int:
