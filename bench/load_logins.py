@@ -7,7 +7,8 @@ swamps a small host (100 interpreters). This process opens one `MeshConnection` 
 with that agent's credentials (``LOAD_LOGINS``: a 0600 JSON file, agent_id -> [amqp_url,
 redis_url]; absent: every agent on the environment's login) and runs `mesh.services.
 start_worker` for each. ``--access off`` runs the same layout without the logins, so the two
-meshes differ only by access control. SIGTERM stops the workers (graceful) and exits.
+meshes differ only by access control. SIGTERM stops the workers (graceful) and exits. Like
+`mesh worker`, it runs on uvloop when installed and freezes what its start built.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.load_agents import build_agent, parse_slice  # noqa: E402
+from mesh.cli._runner import freeze_start_objects, loop_factory  # noqa: E402
 from mesh.config import Settings  # noqa: E402
 from mesh.connection import connect  # noqa: E402
 from mesh.services import Stop, start_worker  # noqa: E402
@@ -53,6 +55,7 @@ async def main() -> None:
             conn = await connect(settings, name=f"worker-{agent.agent_id}")
             stops.append(conn.close)
             stops.append(await start_worker(conn, agent, grace_s=5))
+        freeze_start_objects()  # as `mesh worker` does once its agents run
         await stopping.wait()
     finally:
         for done in reversed(stops):
@@ -63,4 +66,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # the loop `mesh worker` runs on (uvloop when installed)
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(main())
