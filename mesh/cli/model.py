@@ -30,11 +30,11 @@ def prepare_model(args: argparse.Namespace, settings: Settings) -> int:
     if embedder.is_usem3:
         from mesh.router.usem_onnx import ensure_usem3_model, model_dir_name
 
-        target = settings.model_cache_dir / model_dir_name()
+        target = settings.model_cache_dir / model_dir_name(int8=embedder.int8)
         if not target.is_dir():
             print(f"converting USE-m3 to ONNX into {target} ...", flush=True)
         started = time.perf_counter()
-        model_dir = ensure_usem3_model(settings.model_cache_dir)
+        model_dir = ensure_usem3_model(settings.model_cache_dir, int8=embedder.int8)
         print(f"model dir:  {model_dir} ({time.perf_counter() - started:.2f}s)")
     embedder.start()
     started = time.perf_counter()

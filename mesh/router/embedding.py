@@ -43,6 +43,9 @@ Vectors = NDArray[np.float32]
 
 #: names of `Settings.embedding_model` that select the bundled, converted USE-m3
 USEM3_NAMES = frozenset({"usem3", "use-m3", "usem3-onnx"})
+#: USE-m3 with its precision chosen (the names above: int8 where the CPU has 8-bit dot
+#: products, `mesh.router.usem_onnx.int8_by_default`)
+USEM3_PRECISIONS = {"usem3-int8": True, "usem3-fp32": False}
 #: ONNX intra-op threads when none are given (``Settings.embed_threads`` unset). Measured on
 #: 2 cores, ``python -m bench.embedding --threads 1,2 --spin 0,1 -r 3``, medians of 3 runs:
 #: 1 thread costs the least CPU per text (batch 1/8/32/64: 1.28/0.68/0.70/0.76 ms vs
@@ -171,14 +174,24 @@ class FastEmbedder:
 
     @property
     def is_usem3(self) -> bool:
-        return self._name.lower() in USEM3_NAMES
+        name = self._name.lower()
+        return name in USEM3_NAMES or name in USEM3_PRECISIONS
+
+    @cached_property
+    def int8(self) -> bool:
+        """USE-m3 only: runs the int8 model (one text a run: its inputs are quantised per
+        tensor, so a batch would change each text's vector)."""
+        from mesh.router.usem_onnx import int8_by_default
+
+        chosen = USEM3_PRECISIONS.get(self._name.lower())
+        return int8_by_default() if chosen is None else chosen
 
     @cached_property
     def model_id(self) -> str:
         if self.is_usem3:
             from mesh.router.usem_onnx import model_dir_name
 
-            return model_dir_name()
+            return model_dir_name(int8=self.int8)
         return f"fastembed-{metadata.version('fastembed')}/{self._name}"
 
     @cached_property
@@ -236,7 +249,7 @@ class FastEmbedder:
 
         from mesh.router.usem_onnx import MODEL_FILE, OUTPUT_NAME, ensure_usem3_model
 
-        model_dir = ensure_usem3_model(self._cache_dir)
+        model_dir = ensure_usem3_model(self._cache_dir, int8=self.int8)
         name = f"agent-reach/{self.model_id}"
         with _REGISTER_LOCK:
             known = {m["model"].lower() for m in TextEmbedding.list_supported_models()}
@@ -269,8 +282,9 @@ class FastEmbedder:
 
     def _unknown_model(self) -> ConfigError:
         return ConfigError(
-            f"embedding model {self._name!r} is neither 'usem3' nor a fastembed model; set "
-            "MESH_EMBEDDING_MODEL (see TextEmbedding.list_supported_models())"
+            f"embedding model {self._name!r} is neither 'usem3' ('usem3-int8', 'usem3-fp32') "
+            "nor a fastembed model; set MESH_EMBEDDING_MODEL (see "
+            "TextEmbedding.list_supported_models())"
         )
 
     def embed(self, texts: Sequence[str]) -> Vectors:
@@ -288,15 +302,17 @@ class FastEmbedder:
         self, texts: list[str], tokenizer: Tokenizer, session: ort.InferenceSession
     ) -> Vectors:
         """USE-m3 (our own graph: ids and mask in, unit vectors out) in `length_chunks`:
-        tokenised as fastembed does, each chunk cut to its own longest text."""
+        tokenised as fastembed does, each chunk cut to its own longest text (int8: one
+        text a chunk)."""
         from mesh.router.usem_onnx import OUTPUT_NAME
 
+        limit = 1 if self.int8 else self._batch_size
         out = np.empty((len(texts), self.dim), np.float32)
         for start in range(0, len(texts), TOKENIZE_SLICE):
             encoded = tokenizer.encode_batch(texts[start : start + TOKENIZE_SLICE])
             ids = np.array([e.ids for e in encoded], np.int64)
             mask = np.array([e.attention_mask for e in encoded], np.int64)
-            for rows, width in length_chunks(mask.sum(axis=1), self._batch_size):
+            for rows, width in length_chunks(mask.sum(axis=1), limit):
                 feed = {"input_ids": ids[rows, :width], "attention_mask": mask[rows, :width]}
                 out[start + rows] = session.run([OUTPUT_NAME], feed)[0]
         return out
