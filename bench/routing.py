@@ -21,6 +21,7 @@ from mesh.config import Settings
 from mesh.router.fitting import Head
 from mesh.router.index import AgentStats, CapabilityIndex
 from mesh.router.scoring import ScoreWeights, score
+from mesh.router.threads import limit_blas_threads
 
 DIM = 512
 SIZES = (10, 100, 1_000, 10_000)
@@ -115,7 +116,14 @@ def embedding_latency() -> tuple[str, float, float]:
 
 def main() -> int:
     rng = np.random.default_rng(0)
-    print(f"decision time, embedding excluded (median of {ROUNDS} rounds of {QUERIES} queries)")
+    # the BLAS threads a router runs with (`mesh.services`: one by default), not numpy's
+    # default of one per core, whose spinning workers a router never has
+    blas = Settings.from_env().blas_threads
+    limit_blas_threads(blas)
+    print(
+        f"decision time, embedding excluded (median of {ROUNDS} rounds of {QUERIES} queries, "
+        f"BLAS threads {blas or 'as numpy chose'})"
+    )
     for n in SIZES:
         p50, p99, worst = decision_times(n, rng)
         print(
