@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -93,12 +94,23 @@ def test_an_interrupted_fit_gives_up_and_the_next_one_runs(fits: FitProcess) -> 
 
 
 def test_a_lost_process_fails_its_fit_and_the_next_fit_starts_a_new_one(
-    fits: FitProcess,
+    fits: FitProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fits.run(_job(steps=2), fits.ticket())
     pid = fits.pid
     assert pid is not None
     failure: list[BaseException] = []
+    # the kill must land while the child holds the long fit (killed before it was sent,
+    # the fit would start a new child and run there)
+    sent = threading.Event()
+    send = fits._send
+
+    def send_and_tell(child: subprocess.Popen[bytes], message: tuple[str, int, Any]) -> None:
+        send(child, message)
+        if message[0] == "fit":
+            sent.set()
+
+    monkeypatch.setattr(fits, "_send", send_and_tell)
 
     def long_fit() -> None:
         try:
@@ -108,6 +120,7 @@ def test_a_lost_process_fails_its_fit_and_the_next_fit_starts_a_new_one(
 
     runner = threading.Thread(target=long_fit)
     runner.start()
+    assert sent.wait(timeout=30)
     os.kill(pid, signal.SIGKILL)
     runner.join(timeout=30)
     assert not runner.is_alive()
