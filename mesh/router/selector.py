@@ -270,11 +270,12 @@ class SemanticSelector(Lifecycle):
         blocked = self.breakers.blocked()
         if not blocked:
             return []
-        relevance = decision.similarity + decision.keyword
-        index = self.index
-        return sorted(
-            a for a in blocked if a in index and relevance[index.row(a)] > relevance[chosen]
-        )
+
+        def relevance(row: int) -> float:
+            return float(decision.similarity[row] + decision.keyword[row])
+
+        index, bar = self.index, relevance(chosen)
+        return sorted(a for a in blocked if a in index and relevance(index.row(a)) > bar)
 
     async def admits(self, agent_id: str) -> bool:
         """May a task go to `agent_id` now: its breaker (this router's, or another's through

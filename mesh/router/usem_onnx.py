@@ -192,15 +192,18 @@ def write_int8(graph: onnx.ModelProto, path: Path) -> None:
         quantize_dynamic(graph, path, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
     finally:
         root.removeFilter(_no_preprocessing_advice)
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
-    os.chmod(path, 0o644)
+    _seal(path)
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
-        f.flush()
+    _seal(path)
+
+
+def _seal(path: Path) -> None:
+    """A written file on disk (fsync) and readable by all."""
+    with open(path, "rb+") as f:
         os.fsync(f.fileno())
     os.chmod(path, 0o644)
 
