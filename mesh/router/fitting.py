@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.errors import FitInterrupted
+from mesh.router.firstpass import FIRST_PASS_AGENTS, FIRST_PASS_ROWS, principal_basis
 
 __all__ = [
     "FitConfig",
@@ -77,6 +78,11 @@ class FitConfig:
     #: share of the lexical coverage in the similarity, ``(1 - w) * dense + w * coverage``
     #: (0 = dense only); 0.3 to 0.5 tie on the dev set, 0.4 is the middle
     lexical_weight: float = 0.4
+    #: from this many agents on, the fit computes a basis for the first pass
+    #: (`mesh.router.firstpass`; 0: never, every decision reads every prototype)
+    first_pass_agents: int = FIRST_PASS_AGENTS
+    #: rows the first pass keeps for the exact pass
+    first_pass_rows: int = FIRST_PASS_ROWS
     seed: int = 0
 
 
@@ -116,6 +122,9 @@ class FitResult:
     request_mean: F32
     #: None when fitting was skipped (too large, fewer than two agents, disabled)
     head: Head | None
+    #: principal directions for the first pass (`principal_basis`; None below
+    #: `FitConfig.first_pass_agents`, and in fits received from another router)
+    basis: F32 | None = None
 
     @property
     def fitted(self) -> bool:
@@ -198,10 +207,15 @@ def fit_snapshot(
     )
     n = len(agents)
     texts = n + len(req_all)
+    basis = (
+        principal_basis(req_all, req_mean, seed=cfg.seed)
+        if 0 < cfg.first_pass_agents <= n
+        else None
+    )
     if not fits_head(n, texts, cfg):
         if texts * n > cfg.max_cells:
             logger.info("head fit skipped: %d texts x %d agents over max_cells", texts, n)
-        return FitResult(version, agents, cap_mean, req_mean, None)
+        return FitResult(version, agents, cap_mean, req_mean, None, basis)
     # the head reads queries, which are centred by the request mean: every text it is fitted
     # on is centred the same way (capability texts too; centred by their own mean they
     # would sit apart from every query, 0.5 point lower on the dev set)
@@ -219,7 +233,7 @@ def fit_snapshot(
         weights=np.concatenate([m[2].T for m in members], axis=1),
         biases=np.stack([m[3] for m in members], axis=1),
     )
-    return FitResult(version, agents, cap_mean, req_mean, head)
+    return FitResult(version, agents, cap_mean, req_mean, head, basis)
 
 
 def fit_member(
@@ -329,7 +343,7 @@ def fit_outputs(
         )
         weights[:, cols], biases[:, m] = w2.T, b2
     new_head = Head(head.hidden_weights, head.hidden_biases, weights, biases)
-    return FitResult(version, agents, previous.capability_mean, req_mean, new_head)
+    return FitResult(version, agents, previous.capability_mean, req_mean, new_head, previous.basis)
 
 
 def _fit_output(

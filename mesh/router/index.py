@@ -38,6 +38,11 @@ Fitting (`mesh.router.fitting`) is split so the live router can run it off the e
 (`mesh.router.fits`): `fit_job()` takes a snapshot, its `FitJob.run` returns a `FitResult`,
 `apply_fit()` installs it.
 
+From `FitConfig.first_pass_agents` agents on (2,048), the cosines come from a first pass
+(`mesh.router.firstpass`): the prototypes projected on 128 principal directions pick the
+`FitConfig.first_pass_rows` (512) rows whose exact cosine is computed; the other rows get
+the lowest of those and are never candidates.
+
 Runtime stats (load, success rate...) live here too, in arrays aligned with the rows,
 so scoring 10,000 agents never walks Python objects. No I/O: pure numpy.
 """
@@ -53,6 +58,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mesh.router.embedding import Embedder
+from mesh.router.firstpass import FirstPass
 from mesh.router.fitting import FitConfig, FitJob, FitResult, Yield, unit
 from mesh.router.head import HeadTable
 from mesh.router.lexical import LexicalIndex
@@ -126,6 +132,19 @@ def embed_registration(
     return out[0], out[1:]
 
 
+def _best(values: F32, among: NDArray[np.intp] | None, k: int) -> NDArray[np.intp]:
+    """The positions of the `k` highest `values` (restricted to `among`), in no order."""
+    if among is None:
+        if len(values) <= k:
+            return np.arange(len(values))
+        top: NDArray[np.intp] = np.argpartition(-values, k)[:k]
+        return top
+    if len(among) <= k:
+        return among
+    picked: NDArray[np.intp] = among[np.argpartition(-values[among], k)[:k]]
+    return picked
+
+
 def _unit1(vec: F32) -> F32:
     """One vector scaled to unit length (`unit` for a single row, without its overhead)."""
     norm = float(np.sqrt(vec.dot(vec)))
@@ -158,6 +177,7 @@ class CapabilityIndex:
         self._raw_texts: list[F32 | None] = [None] * cap
         self._text_room: list[F32 | None] = [None] * cap
         self._head = HeadTable(cap, self.fit_config.members, self.fit_config.hidden)
+        self._first = FirstPass(cap)
         self._stats = StatsTable(cap)
         #: per row: the agent's slot in `_lexical`
         self._lex_slots = np.zeros(cap, np.intp)
@@ -243,19 +263,11 @@ class CapabilityIndex:
         if n == 0:
             return rank, similarity
         if rows is None:
-            rows = (
-                np.argpartition(-rank, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
-                if n > CANDIDATE_ROWS
-                else np.arange(n)
-            )
+            rows = _best(rank, None, CANDIDATE_ROWS)
         q = np.asarray(query, np.float32)
         raw = self._raw[rows] @ q
         if best is None:
-            best = (
-                np.argpartition(-rank[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
-                if len(rows) > LEXICAL_ROWS
-                else np.arange(len(rows))
-            )
+            best = _best(rank[rows], None, LEXICAL_ROWS)
         closest = raw.copy()
         own = [self._raw_texts[r] for r in rows[best].tolist()]
         held = [
@@ -280,28 +292,37 @@ class CapabilityIndex:
         (those that got a coverage), which `scores` reuses.
 
         `text` is the query's text for the lexical channel (no text: coverage 0). One
-        matrix-vector product gives every row's cosine; past `CANDIDATE_ROWS` agents the
+        matrix-vector product gives every row's cosine (past `FitConfig.first_pass_agents`,
+        the rows the first pass keeps: module docstring); past `CANDIDATE_ROWS` agents the
         head's log-probabilities (normalised over the candidates: the rest hold a negligible
         share of the probability mass) and the coverage are computed for the rows with the
         best cosine only, which keeps a decision over 10,000 agents to one pass over the
-        matrix.
+        (projected) matrix.
         """
         q = self.center_query(query)
         n = len(self)
-        sim: F32 = self._centroids[:n] @ q
+        cfg = self.fit_config
+        kept = (
+            self._first.rows(q, n, cfg.first_pass_rows) if 0 < cfg.first_pass_agents <= n else None
+        )
+        sim: F32
+        if kept is None:
+            sim = self._centroids[:n] @ q
+        else:  # the first pass kept these rows: the others get the lowest kept cosine
+            exact = self._centroids[kept] @ q
+            sim = np.full(n, exact.min(), np.float32)
+            sim[kept] = exact
         if n == 0:
             return sim, None, None
         weight = np.float32(self.fit_config.logprob_weight)
         head = self._head.active and weight > 0 and n >= 2
         lw = np.float32(self.fit_config.lexical_weight)
         lexical = lw > 0 and self._lex_texts > 0
-        if not (head or lexical):
+        if not (head or lexical) and kept is None:
             return sim, None, None  # rows are the centroids: plain cosines
-        rows: NDArray[np.intp] = (
-            np.argpartition(-sim, CANDIDATE_ROWS)[:CANDIDATE_ROWS]
-            if n > CANDIDATE_ROWS
-            else np.arange(n)
-        )
+        rows = _best(sim, kept, CANDIDATE_ROWS)
+        if not (head or lexical):
+            return sim, rows, None
         if head:
             logp = self._head.logp(q, rows)
             if len(rows) < n:
@@ -313,11 +334,7 @@ class CapabilityIndex:
         if not lexical:
             return sim, rows, None
         sim *= np.float32(1.0) - lw
-        best = (
-            np.argpartition(-sim[rows], LEXICAL_ROWS)[:LEXICAL_ROWS]
-            if len(rows) > LEXICAL_ROWS
-            else np.arange(len(rows))
-        )
+        best = _best(sim[rows], None, LEXICAL_ROWS)
         if text:
             top = rows[best]
             sim[top] += lw * self._lexical.coverage(text, self._lex_slots[top])
@@ -425,6 +442,7 @@ class CapabilityIndex:
             move_row(self, self._ARRAYS, last, row)
             self._stats.move(last, row)
             self._head.move(last, row)
+            self._first.move(last, row)
             self._raw_texts[row] = self._raw_texts[last]
             self._text_room[row] = self._text_room[last]
         self._raw_texts[last] = None
@@ -615,6 +633,9 @@ class CapabilityIndex:
         self._request_mean = result.request_mean
         head = result.head
         self._head.install(head)
+        # a fit from another router has no basis: the one in use stays
+        basis = self._first.basis if result.basis is None else result.basis
+        self._first.basis = None  # every row is projected once, below
         fitted_rows = {a: i for i, a in enumerate(result.agents)}
         for row, entry in enumerate(self._entries):
             i = fitted_rows.get(entry.agent_id)
@@ -627,6 +648,8 @@ class CapabilityIndex:
             else:
                 self._head.clear_row(row)
             self._refresh_row(row)
+        if basis is not None:
+            self._first.install(basis, self.prototypes)
         self.dirty = self._version != result.version
         return result.fitted
 
@@ -695,6 +718,7 @@ class CapabilityIndex:
                 weight * _unit1(entry.capability),
             )
         self._centroids[row] = _unit1(self._centred_sum[row] + kept[1])
+        self._first.set_row(row, self._centroids[row])
         self._raw[row] = _unit1(self._raw_sum[row] + kept[2])
 
     # --- storage -------------------------------------------------------------------------
@@ -712,6 +736,7 @@ class CapabilityIndex:
         grow_rows(self, self._ARRAYS, new_cap)
         self._stats.grow(new_cap)
         self._head.grow(new_cap)
+        self._first.grow(new_cap)
 
     def _lex_add(self, slot: int, text: str) -> None:
         self._lexical.add_text(slot, text)
