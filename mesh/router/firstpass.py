@@ -56,10 +56,12 @@ def principal_basis(
     texts centred by `mean` and scaled to unit length, as prototypes and queries are.
 
     Projecting a prototype and a query onto these columns keeps as much of their dot
-    product as `dim` directions can. At most `sample` texts are read (a seeded uniform
-    sample). None when there are fewer texts than directions.
+    product as `dim` directions can (fewer texts than `dim`: their whole span, completed
+    by arbitrary orthonormal directions). At most `sample` texts are read (a seeded
+    uniform sample). None without texts, or when the texts have no more than `dim`
+    dimensions (nothing to save).
     """
-    if len(texts) < dim or texts.shape[1] <= dim:
+    if not len(texts) or texts.shape[1] <= dim:
         return None
     if len(texts) > sample:
         pick = np.random.default_rng(seed).choice(len(texts), sample, replace=False)

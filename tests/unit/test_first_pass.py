@@ -63,7 +63,12 @@ def test_principal_basis_is_orthonormal_and_keeps_the_texts() -> None:
     np.testing.assert_allclose(basis.T @ basis, np.eye(FIRST_PASS_DIM), atol=1e-4)
     # texts spanning 40 directions keep their whole length in 128 principal ones
     np.testing.assert_allclose(np.linalg.norm(texts @ basis, axis=1), 1.0, atol=1e-3)
-    assert principal_basis(texts[:100], np.zeros(DIM, np.float32)) is None  # < 128 texts
+    # fewer texts than directions: their whole span is kept
+    few = principal_basis(texts[:30], np.zeros(DIM, np.float32))
+    assert few is not None
+    np.testing.assert_allclose(np.linalg.norm(texts[:30] @ few, axis=1), 1.0, atol=1e-3)
+    assert principal_basis(texts[:0], np.zeros(DIM, np.float32)) is None
+    assert principal_basis(texts[:, :FIRST_PASS_DIM], np.zeros(FIRST_PASS_DIM)) is None
 
 
 def test_the_first_pass_chooses_the_agent_the_full_pass_chooses() -> None:
