@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from mesh.router.rows import grow_rows, move_row
+from mesh.router.rows import best_rows, grow_rows, move_row
 
 __all__ = [
     "FIRST_PASS_AGENTS",
@@ -99,11 +99,13 @@ class FirstPass:
         if self.basis is not None:
             self.coords[row] = prototype @ self.basis
 
-    def rows(self, query: F32, n: int, keep: int) -> NDArray[np.intp] | None:
+    def rows(
+        self, query: F32, n: int, keep: int, eligible: NDArray[np.bool_] | None = None
+    ) -> NDArray[np.intp] | None:
         """The `keep` rows of the first `n` with the best approximate cosine to `query`
-        (centred, unit), in no order; None when the whole pass is due (no basis, few rows)."""
+        (centred, unit), and the `keep` best of the `eligible` ones when it leaves some
+        out (`best_rows`); None when the whole pass is due (no basis, few rows)."""
         if self.basis is None or n <= keep:
             return None
         approx = self.coords[:n] @ (query @ self.basis)
-        best: NDArray[np.intp] = np.argpartition(-approx, keep)[:keep]
-        return best
+        return best_rows(approx, keep, eligible=eligible)

@@ -62,7 +62,7 @@ from mesh.router.firstpass import FirstPass
 from mesh.router.fitting import FitConfig, FitJob, FitResult, Yield, unit
 from mesh.router.head import HeadTable
 from mesh.router.lexical import LexicalIndex
-from mesh.router.rows import grow_rows, move_row
+from mesh.router.rows import best_rows, grow_rows, move_row
 from mesh.router.rules import RuleIndex, keyword_tokens, tokens
 from mesh.router.stats import AgentStats, StatsTable
 
@@ -130,19 +130,6 @@ def embed_registration(
     """Embed a registration in one batch: ``(capability vector, example matrix)``."""
     out = embedder.embed([capability_text, *examples])
     return out[0], out[1:]
-
-
-def _best(values: F32, among: NDArray[np.intp] | None, k: int) -> NDArray[np.intp]:
-    """The positions of the `k` highest `values` (restricted to `among`), in no order."""
-    if among is None:
-        if len(values) <= k:
-            return np.arange(len(values))
-        top: NDArray[np.intp] = np.argpartition(-values, k)[:k]
-        return top
-    if len(among) <= k:
-        return among
-    picked: NDArray[np.intp] = among[np.argpartition(-values[among], k)[:k]]
-    return picked
 
 
 def _unit1(vec: F32) -> F32:
@@ -239,7 +226,9 @@ class CapabilityIndex:
         """The ranking score of every row (see `scores`)."""
         return self.scores(query, text)[0]
 
-    def scores(self, query: F32, text: str = "") -> tuple[F32, F32]:
+    def scores(
+        self, query: F32, text: str = "", eligible: NDArray[np.bool_] | None = None
+    ) -> tuple[F32, F32]:
         """Per row: the ranking score and the absolute `similarity` thresholds apply to.
 
         The two names mean the same here as in `mesh.router.scoring`: *rank* orders agents,
@@ -256,18 +245,24 @@ class CapabilityIndex:
         Computed for the `CANDIDATE_ROWS` best-ranked rows (the others get -1: they cannot
         be chosen); the closest-text cosine for the `LEXICAL_ROWS` best (the others use
         their centroid cosine for both halves).
+
+        `eligible` marks the rows the decision may choose (tags, availability): when it
+        leaves rows out, the best eligible rows are computed too, whatever outranks them
+        (`best_rows`), so a decision among few agents of many finds its best one.
         """
-        rank, rows, best = self._rank(query, text)
+        if eligible is not None and eligible.all():
+            eligible = None
+        rank, rows, best = self._rank(query, text, eligible)
         n = len(self)
         similarity = np.full(n, -1.0, np.float32)
         if n == 0:
             return rank, similarity
         if rows is None:
-            rows = _best(rank, None, CANDIDATE_ROWS)
+            rows = best_rows(rank, CANDIDATE_ROWS)
         q = np.asarray(query, np.float32)
         raw = self._raw[rows] @ q
         if best is None:
-            best = _best(rank[rows], None, LEXICAL_ROWS)
+            best = best_rows(rank[rows], LEXICAL_ROWS)
         closest = raw.copy()
         own = [self._raw_texts[r] for r in rows[best].tolist()]
         held = [
@@ -284,7 +279,7 @@ class CapabilityIndex:
         return rank, similarity
 
     def _rank(
-        self, query: F32, text: str
+        self, query: F32, text: str, eligible: NDArray[np.bool_] | None = None
     ) -> tuple[F32, NDArray[np.intp] | None, NDArray[np.intp] | None]:
         """Per row: ``(1 - lw) * dense + lw * coverage`` (module docstring).
 
@@ -303,7 +298,9 @@ class CapabilityIndex:
         n = len(self)
         cfg = self.fit_config
         kept = (
-            self._first.rows(q, n, cfg.first_pass_rows) if 0 < cfg.first_pass_agents <= n else None
+            self._first.rows(q, n, cfg.first_pass_rows, eligible)
+            if 0 < cfg.first_pass_agents <= n
+            else None
         )
         sim: F32
         if kept is None:
@@ -318,9 +315,9 @@ class CapabilityIndex:
         head = self._head.active and weight > 0 and n >= 2
         lw = np.float32(self.fit_config.lexical_weight)
         lexical = lw > 0 and self._lex_texts > 0
-        if not (head or lexical) and kept is None:
+        if not (head or lexical) and kept is None and eligible is None:
             return sim, None, None  # rows are the centroids: plain cosines
-        rows = _best(sim, kept, CANDIDATE_ROWS)
+        rows = best_rows(sim, CANDIDATE_ROWS, pool=kept, eligible=eligible)
         if not (head or lexical):
             return sim, rows, None
         if head:
@@ -334,7 +331,9 @@ class CapabilityIndex:
         if not lexical:
             return sim, rows, None
         sim *= np.float32(1.0) - lw
-        best = _best(sim[rows], None, LEXICAL_ROWS)
+        best = best_rows(
+            sim[rows], LEXICAL_ROWS, eligible=None if eligible is None else eligible[rows]
+        )
         if text:
             top = rows[best]
             sim[top] += lw * self._lexical.coverage(text, self._lex_slots[top])

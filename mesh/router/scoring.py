@@ -234,7 +234,11 @@ def score(
     read.
     """
     n = len(index)
-    rank, sim = index.scores(query, query_text)
+    available = index.routable if routable is None else routable
+    if blocked is not None:
+        available = available & ~blocked
+    tagged = index.tag_mask(required_tags) if required_tags else None
+    rank, sim = index.scores(query, query_text, available if tagged is None else available & tagged)
     kw = (
         index.keyword_hits(query_text) * np.float32(weights.keyword_boost)
         if query_text and weights.keyword_boost
@@ -251,11 +255,9 @@ def score(
 
     code = np.zeros(n, np.int8)
     code[(sim + kw) < weights.threshold] = 3
-    if required_tags:
-        code[~index.tag_mask(required_tags)] = 2
-    code[~(index.routable if routable is None else routable)] = 1
-    if blocked is not None:
-        code[blocked] = 1
+    if tagged is not None:
+        code[~tagged] = 2
+    code[~available] = 1
 
     def decision(
         agent_id: str | None,
