@@ -27,6 +27,7 @@ import numpy as np
 
 from mesh.config import Settings
 from mesh.router.embedding import build_embedder
+from mesh.router.fitting import FitConfig
 from mesh.router.index import CapabilityIndex
 from mesh.router.scoring import ScoreWeights, score
 from mesh.router.threads import limit_blas_threads
@@ -43,10 +44,17 @@ def _read(name: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", type=int, default=10_000)
-    parser.add_argument("--queries", type=int, default=1_000)
+    parser.add_argument("--agents", type=_positive, default=10_000)
+    parser.add_argument("--queries", type=_positive, default=1_000)
     args = parser.parse_args()
     settings = Settings.from_env()
     limit_blas_threads(settings.blas_threads)
@@ -95,17 +103,19 @@ def main() -> int:
             print(f"  {j + 1} agents registered", flush=True)
     t0 = time.perf_counter()
     index.refit()
-    print(
-        f"fitted in {time.perf_counter() - t0:.1f} s (first pass basis: "
-        f"{'yes' if index.fit_config.first_pass_agents <= len(index) else 'no'})"
-    )
+    print(f"fitted in {time.perf_counter() - t0:.1f} s")
+    if not index.first_pass:
+        print(
+            f"no first pass below {index.fit_config.first_pass_agents} agents: "
+            "both columns below time the full pass"
+        )
     # no threshold: every request gets an agent, so the two passes are compared on all
     weights = ScoreWeights.from_settings(settings, threshold=0.0)
     on = index.fit_config
     off = replace(on, first_pass_agents=0)
 
-    def decide(cfg: object) -> tuple[list[str | None], list[float]]:
-        index.fit_config = cfg  # type: ignore[assignment]
+    def decide(cfg: FitConfig) -> tuple[list[str | None], list[float]]:
+        index.fit_config = cfg
         rounds = []
         chosen: list[str | None] = []
         for _ in range(ROUNDS):

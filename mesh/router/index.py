@@ -211,6 +211,15 @@ class CapabilityIndex:
         return self._centroids[: len(self)]
 
     @property
+    def first_pass(self) -> bool:
+        """Whether decisions go through the first pass: a basis is installed and the index
+        holds at least `FitConfig.first_pass_agents` agents, more than it keeps."""
+        cfg, n = self.fit_config, len(self)
+        return (
+            self._first.basis is not None and 0 < cfg.first_pass_agents <= n > cfg.first_pass_rows
+        )
+
+    @property
     def fitted(self) -> bool:
         """Whether the last fit produced a head (see `FitResult.fitted`)."""
         return self._head.active
@@ -296,10 +305,9 @@ class CapabilityIndex:
         """
         q = self.center_query(query)
         n = len(self)
-        cfg = self.fit_config
         kept = (
-            self._first.rows(q, n, cfg.first_pass_rows, eligible)
-            if 0 < cfg.first_pass_agents <= n
+            self._first.rows(q, n, self.fit_config.first_pass_rows, eligible)
+            if self.first_pass
             else None
         )
         sim: F32
